@@ -1,0 +1,35 @@
+# LM Warden. A newcomer runs two commands: `make demo` and `make test`.
+GO      ?= go
+BIN     := bin/lmwarden
+PKGS    := ./...
+# The whole suite, BPF tests included, must fit CI's 90 minutes with room.
+TESTTIMEOUT ?= 30m
+
+.PHONY: all build test generate bench demo deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/lmwarden
+
+# deps installs only what is missing (Debian packages, npm clients, bpffs).
+deps:
+	bash scripts/deps.sh
+
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
+
+# generate rebuilds the bpf2go output (needs clang); the output is committed,
+# so `go build` never needs clang.
+generate:
+	$(GO) generate ./bpf/...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./agent/ ./l7/ ./sim/
+
+demo: build
+	./$(BIN) demo
+
+clean:
+	rm -rf bin out
