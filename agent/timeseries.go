@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Token time series for the dashboard's stats page and GET /api/v1/stats.
+//
+// The replicas' own counters (prompt tokens, prefix-cache queries and hits,
+// generation tokens) only grow, so each poll yields a delta per replica. The
+// deltas are summed into fixed time slots (10 s by default) kept in a ring of
+// one hour, per replica and pooled per model. Nothing is written to disk: a
+// restarted warden starts with an empty hour, as its counters do.
+
+const (
+	// DefaultSeriesStep is the resolution of the token time series.
+	DefaultSeriesStep = 10 * time.Second
+	// SeriesSpan is how far back the time series reach.
+	SeriesSpan = time.Hour
+)
+
+// TokenCounters are one replica's cumulative counters at one poll, as vLLM
+// exports them (vllm:prompt_tokens_total, vllm:prefix_cache_queries_total,
+// vllm:prefix_cache_hits_total, vllm:generation_tokens_total).
+type TokenCounters struct {
+	PromptTokens     float64
+	PrefixQueries    float64
+	PrefixHits       float64
+	GenerationTokens float64
+}
+
+// tokenDelta is what happened between two polls of one replica.
+type tokenDelta struct {
+	cached     float64 // prompt tokens served from the prefix cache (delta of hits)
+	computed   float64 // prompt tokens prefilled (delta prompt minus delta hits, >= 0)
+	completion float64 // generated tokens
+	queries    float64 // prefix-cache lookups, in tokens
+	hits       float64 // prefix-cache hits, in tokens
+}
+
+func (d *tokenDelta) add(o tokenDelta) {
+	d.cached += o.cached
+	d.computed += o.computed
+	d.completion += o.completion
+	d.queries += o.queries
+	d.hits += o.hits
+}
+
+// counterIncrease is the increase of a counter between two reads. A value
+// below the previous one means the replica restarted and its counter began
+// again at zero, so the whole new value is the increase (as Prometheus'
+// rate() treats resets).
+func counterIncrease(prev, cur float64) float64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
+}
+
+func deltaBetween(prev, cur TokenCounters) tokenDelta {
+	prompt := counterIncrease(prev.PromptTokens, cur.PromptTokens)
+	hits := counterIncrease(prev.PrefixHits, cur.PrefixHits)
+	return tokenDelta{
+		cached:     hits,
+		computed:   math.Max(0, prompt-hits),
+		completion: counterIncrease(prev.GenerationTokens, cur.GenerationTokens),
+		queries:    counterIncrease(prev.PrefixQueries, cur.PrefixQueries),
+		hits:       hits,
+	}
+}
+
+// slotRing keeps one tokenDelta per time slot for the last len(slots) slots.
+// A slot remembers its own number, so a stale entry from a lap ago reads as
+// empty without any sweeping.
+type slotRing struct {
+	slots []slotEntry
+}
+
+type slotEntry struct {
+	n int64 // slot number: unix nanoseconds / step; math.MinInt64 when unused
+	d tokenDelta
+}
+
+func newSlotRing(n int) slotRing {
+	r := slotRing{slots: make([]slotEntry, n)}
+	for i := range r.slots {
+		r.slots[i].n = math.MinInt64
+	}
+	return r
+}
+
+func (r *slotRing) index(n int64) int {
+	i := int(n % int64(len(r.slots)))
+	if i < 0 {
+		i += len(r.slots)
+	}
+	return i
+}
+
+func (r *slotRing) add(n int64, d tokenDelta) {
+	e := &r.slots[r.index(n)]
+	if e.n != n {
+		*e = slotEntry{n: n}
+	}
+	e.d.add(d)
+}
+
+func (r *slotRing) get(n int64) tokenDelta {
+	e := r.slots[r.index(n)]
+	if e.n != n {
+		return tokenDelta{}
+	}
+	return e.d
+}
+
+type replicaSeries struct {
+	last TokenCounters
+	seen bool // last holds a previous poll; the first poll is only a baseline
+	ring slotRing
+}
+
+type modelSeries struct {
+	name     string
+	replicas []*replicaSeries
+	pooled   slotRing
+}
+
+// TokenSeries is the in-memory store of token rates. It is safe for
+// concurrent use: the poller writes, the admin API reads.
+type TokenSeries struct {
+	step  time.Duration
+	slots int
+
+	mu     sync.Mutex
+	models []*modelSeries // in order of first observation
+	byName map[string]*modelSeries
+}
+
+// NewTokenSeries returns a store of SeriesSpan at the given resolution
+// (DefaultSeriesStep if step <= 0). Tests use a short step so that a bar
+// appears in well under a second.
+func NewTokenSeries(step time.Duration) *TokenSeries {
+	if step <= 0 {
+		step = DefaultSeriesStep
+	}
+	slots := int(SeriesSpan / step)
+	if slots < 1 {
+		slots = 1
+	}
+	return &TokenSeries{step: step, slots: slots, byName: map[string]*modelSeries{}}
+}
+
+// Step is the resolution of the series.
+func (ts *TokenSeries) Step() time.Duration { return ts.step }
+
+func (ts *TokenSeries) slotOf(t time.Time) int64 {
+	ns, step := t.UnixNano(), ts.step.Nanoseconds()
+	n := ns / step
+	if ns%step < 0 { // floor, not truncation, before 1970
+		n--
+	}
+	return n
+}
+
+// Observe records one successful poll of replica i of the named model. The
+// first poll of a replica only sets its baseline; later polls add their
+// delta to the slot that holds now. Call it only with counters actually
+// read: a failed scrape must be skipped, not reported as zeros (zeros would
+// look like a restart and the next good read like a burst).
+func (ts *TokenSeries) Observe(model string, i int, c TokenCounters, now time.Time) {
+	if i < 0 {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ms := ts.byName[model]
+	if ms == nil {
+		ms = &modelSeries{name: model, pooled: newSlotRing(ts.slots)}
+		ts.byName[model] = ms
+		ts.models = append(ts.models, ms)
+	}
+	for len(ms.replicas) <= i {
+		ms.replicas = append(ms.replicas, &replicaSeries{ring: newSlotRing(ts.slots)})
+	}
+	rs := ms.replicas[i]
+	if !rs.seen {
+		rs.last, rs.seen = c, true
+		return
+	}
+	d := deltaBetween(rs.last, c)
+	rs.last = c
+	n := ts.slotOf(now)
+	rs.ring.add(n, d)
+	ms.pooled.add(n, d)
+}
+
+// StatsResponse is the body of GET /api/v1/stats.
+type StatsResponse struct {
+	Now           time.Time    `json:"now"`
+	StepSeconds   float64      `json:"step_seconds"`
+	WindowSeconds float64      `json:"window_seconds"`
+	Models        []ModelStats `json:"models"`
+}
+
+// ModelStats holds one model's series, pooled over its replicas and per
+// replica (index as in GET /api/v1/models).
+type ModelStats struct {
+	Name     string         `json:"name"`
+	Pooled   SeriesStats    `json:"pooled"`
+	Replicas []ReplicaStats `json:"replicas"`
+}
+
+// ReplicaStats is one replica's series.
+type ReplicaStats struct {
+	Replica int `json:"replica"`
+	SeriesStats
+}
+
+// SeriesStats is one series: a summary over the window and one point per
+// complete slot, oldest first. The slot in progress is left out, so a bar
+// never shrinks or grows while one looks at it.
+type SeriesStats struct {
+	Summary StatsSummary `json:"summary"`
+	Points  []StatsPoint `json:"points"`
+}
+
+// StatsSummary totals a series over the window. HitRate is prefix-cache
+// hits over queries (nil when there were no queries).
+type StatsSummary struct {
+	PromptCachedTokens   float64  `json:"prompt_cached_tokens"`
+	PromptComputedTokens float64  `json:"prompt_computed_tokens"`
+	CompletionTokens     float64  `json:"completion_tokens"`
+	PrefixQueries        float64  `json:"prefix_queries"`
+	PrefixHits           float64  `json:"prefix_hits"`
+	HitRate              *float64 `json:"hit_rate"`
+}
+
+// StatsPoint is one slot: rates in tokens a second over [T, T+step).
+type StatsPoint struct {
+	T                    time.Time `json:"t"`
+	PromptCachedPerSec   float64   `json:"prompt_cached_tps"`
+	PromptComputedPerSec float64   `json:"prompt_computed_tps"`
+	CompletionPerSec     float64   `json:"completion_tps"`
+	HitRate              *float64  `json:"hit_rate"`
+}
+
+// Snapshot returns the complete slots of the last window before now
+// (window capped at SeriesSpan, at least one step).
+func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsResponse {
+	window = min(max(window, ts.step), SeriesSpan)
+	count := int64(window / ts.step)
+	last := ts.slotOf(now) - 1 // the newest complete slot
+	first := last - count + 1
+
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	resp := StatsResponse{
+		Now:           now,
+		StepSeconds:   ts.step.Seconds(),
+		WindowSeconds: (time.Duration(count) * ts.step).Seconds(),
+		Models:        make([]ModelStats, 0, len(ts.models)),
+	}
+	for _, ms := range ts.models {
+		m := ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
+		m.Replicas = make([]ReplicaStats, len(ms.replicas))
+		for i, rs := range ms.replicas {
+			m.Replicas[i] = ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
+		}
+		resp.Models = append(resp.Models, m)
+	}
+	return resp
+}
+
+func (ts *TokenSeries) series(r *slotRing, first, last int64) SeriesStats {
+	secs := ts.step.Seconds()
+	s := SeriesStats{Points: make([]StatsPoint, 0, last-first+1)}
+	var total tokenDelta
+	for n := first; n <= last; n++ {
+		d := r.get(n)
+		total.add(d)
+		s.Points = append(s.Points, StatsPoint{
+			T:                    time.Unix(0, n*ts.step.Nanoseconds()).UTC(),
+			PromptCachedPerSec:   d.cached / secs,
+			PromptComputedPerSec: d.computed / secs,
+			CompletionPerSec:     d.completion / secs,
+			HitRate:              ratio(d.hits, d.queries),
+		})
+	}
+	s.Summary = StatsSummary{
+		PromptCachedTokens:   total.cached,
+		PromptComputedTokens: total.computed,
+		CompletionTokens:     total.completion,
+		PrefixQueries:        total.queries,
+		PrefixHits:           total.hits,
+		HitRate:              ratio(total.hits, total.queries),
+	}
+	return s
+}
+
+// ratio is num/den, or nil when den is zero (no lookups: no rate, not 0%).
+func ratio(num, den float64) *float64 {
+	if den <= 0 {
+		return nil
+	}
+	r := num / den
+	return &r
+}
