@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// writeCSV writes one row per step and arm, every number of Result, the load
+// per replica as columns load_r0, load_r1, ... Empty cells mean no data.
+func (r *Report) writeCSV(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	head := []string{"sessions", "arm", "policy", "seconds", "requests", "errors", "timeouts", "cut",
+		"sessions_completed", "sessions_per_hour", "output_tokens_per_min",
+		"ttft_p50_s", "ttft_p95_s", "session_ttft_p50_s", "session_ttft_p95_s",
+		"replicas_busy", "hit_rate", "client_cached_share", "ideal_hit_rate", "counter_resets",
+		"stayed", "load_imbalance", "notes"}
+	for i := range r.Replicas {
+		head = append(head, fmt.Sprintf("load_r%d", i))
+	}
+	_ = w.Write(head)
+	for _, x := range r.Results {
+		row := []string{strconv.Itoa(x.Sessions), x.Arm, r.ArmPolicies[x.Arm], csvNum(x.Seconds),
+			strconv.Itoa(x.Requests), strconv.Itoa(x.Errors), strconv.Itoa(x.Timeouts), strconv.Itoa(x.Cut),
+			strconv.Itoa(x.Completed), csvNum(x.SessionsPerHour), csvNum(x.OutputTokensPerMin),
+			csvNum(x.TTFTP50), csvNum(x.TTFTP95), csvNum(x.SessionTTFTP50), csvNum(x.SessionTTFTP95),
+			csvNum(x.ReplicasBusy), csvNum(x.HitRate), csvNum(x.ClientCachedShare), csvNum(x.IdealHitRate),
+			strconv.Itoa(x.CounterResets), csvNum(x.Stayed), csvNum(x.Imbalance), strings.Join(x.Notes, "; ")}
+		for i := range r.Replicas {
+			if i < len(x.Load) {
+				row = append(row, csvNum(Num(x.Load[i])))
+			} else {
+				row = append(row, "")
+			}
+		}
+		_ = w.Write(row)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func csvNum(n Num) string {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ""
+	}
+	return strconv.FormatFloat(f, 'g', 6, 64)
+}

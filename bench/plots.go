@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+const plotW, plotH = 7 * vg.Inch, 4.5 * vg.Inch
+
+// writePlots draws the three SVGs: TTFT p50/p95 per step (log scale), hit
+// rate per step with the ideal as a reference line, output tokens a minute.
+func (r *Report) writePlots(dir string) error {
+	ttft := r.newPlot("Time to first token", "seconds (log scale)")
+	ttft.Y.Scale = plot.LogScale{}
+	ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	for i, arm := range r.Arms {
+		if err := r.addLine(ttft, i, arm+" p50", arm, func(x Result) Num { return x.TTFTP50 }, nil, true); err != nil {
+			return err
+		}
+		if err := r.addLine(ttft, i, arm+" p95", arm, func(x Result) Num { return x.TTFTP95 }, []vg.Length{vg.Points(6), vg.Points(3)}, true); err != nil {
+			return err
+		}
+	}
+
+	hits := r.newPlot("Prefix-cache hit rate (replica counters, pooled)", "hit rate")
+	hits.Y.Min, hits.Y.Max = 0, 1
+	for i, arm := range r.Arms {
+		if err := r.addLine(hits, i, arm, arm, func(x Result) Num { return x.HitRate }, nil, false); err != nil {
+			return err
+		}
+	}
+	if ideal := float64(r.WorkloadIdeal); !math.IsNaN(ideal) && len(r.Steps) > 0 {
+		ref := plotter.NewFunction(func(float64) float64 { return ideal })
+		ref.Color = color.Gray{Y: 96}
+		ref.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		hits.Add(ref)
+		hits.Legend.Add(fmt.Sprintf("ideal %.0f%%", 100*ideal), ref)
+	}
+
+	tput := r.newPlot("Output tokens a minute", "tokens/min")
+	tput.Y.Min = 0
+	for i, arm := range r.Arms {
+		if err := r.addLine(tput, i, arm, arm, func(x Result) Num { return x.OutputTokensPerMin }, nil, false); err != nil {
+			return err
+		}
+	}
+
+	for name, p := range map[string]*plot.Plot{PlotTTFT: ttft, PlotHitRate: hits, PlotThroughput: tput} {
+		if err := p.Save(plotW, plotH, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (r *Report) newPlot(title, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "concurrent sessions"
+	p.Y.Label.Text = ylabel
+	p.Legend.Top = true
+	p.Legend.Left = true
+	ticks := make([]plot.Tick, len(r.Steps))
+	for i, s := range r.Steps {
+		ticks[i] = plot.Tick{Value: float64(s), Label: fmt.Sprint(s)}
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if len(r.Steps) > 0 {
+		p.X.Min, p.X.Max = float64(r.Steps[0]), float64(r.Steps[len(r.Steps)-1])
+		if p.X.Min == p.X.Max {
+			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
+		}
+	}
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// addLine plots one metric of one arm across the steps, skipping steps
+// without data (and non-positive values on a log scale).
+func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result) Num, dashes []vg.Length, logScale bool) error {
+	var pts plotter.XYs
+	for _, s := range r.Steps {
+		x, ok := r.Find(s, arm)
+		if !ok {
+			continue
+		}
+		v := float64(get(x))
+		if math.IsNaN(v) || (logScale && v <= 0) {
+			continue
+		}
+		pts = append(pts, plotter.XY{X: float64(s), Y: v})
+	}
+	if len(pts) == 0 {
+		return nil
+	}
+	l, s, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return err
+	}
+	l.Color = plotutil.Color(i)
+	l.Dashes = dashes
+	s.Color = plotutil.Color(i)
+	s.Shape = draw.CircleGlyph{}
+	p.Add(l, s)
+	p.Legend.Add(label, l, s)
+	return nil
+}

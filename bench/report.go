@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Report is one benchmark run: how it was run and one result per step and
+// arm. It is what report.json holds and what the table and plots draw.
+type Report struct {
+	Mode        string   `json:"mode"` // "virtual" or "real"
+	Target      string   `json:"target,omitempty"`
+	API         string   `json:"api,omitempty"`
+	Profile     string   `json:"profile,omitempty"`
+	Replicas    int      `json:"replicas"`
+	LBStats     string   `json:"lb_stats,omitempty"` // the off arm's balancer stats mode
+	Speed       float64  `json:"speed,omitempty"`    // times are simulated when > 1
+	Seed        uint64   `json:"seed"`
+	StepSeconds float64  `json:"step_seconds"`
+	Steps       []int    `json:"steps"`
+	Arms        []string `json:"arms"`
+	// ArmPolicies says what each arm ran (e.g. off = vllm-lb, lb-stats fresh).
+	ArmPolicies map[string]string `json:"arm_policies"`
+	// WorkloadIdeal is the steady-state ideal hit rate of the workload.
+	WorkloadIdeal    Num       `json:"workload_ideal_hit_rate"`
+	PercentileMethod string    `json:"percentile_method"`
+	Started          time.Time `json:"started"`
+	WallSeconds      float64   `json:"wall_seconds"`
+	Results          []Result  `json:"results"`
+}
+
+// Result is one step (concurrency) under one arm.
+type Result struct {
+	Sessions int    `json:"sessions"` // concurrent sessions of the step
+	Arm      string `json:"arm"`
+	Seconds  Num    `json:"seconds"` // measured window (simulated when the replicas are)
+
+	Requests  int `json:"requests"`            // answered within the window
+	Errors    int `json:"errors"`              // failed (connect, HTTP status, broken stream)
+	Timeouts  int `json:"timeouts"`            // no answer within the request timeout
+	Cut       int `json:"cut"`                 // still in flight when the window closed
+	Completed int `json:"sessions_completed"` // sessions that finished all turns
+
+	SessionsPerHour    Num `json:"sessions_per_hour"`
+	OutputTokensPerMin Num `json:"output_tokens_per_min"`
+
+	TTFTP50        Num `json:"ttft_p50_s"` // per request
+	TTFTP95        Num `json:"ttft_p95_s"`
+	SessionTTFTP50 Num `json:"session_ttft_p50_s"` // each session's median, then across sessions
+	SessionTTFTP95 Num `json:"session_ttft_p95_s"`
+
+	ReplicasBusy Num `json:"replicas_busy"` // mean number of replicas with running requests
+	HitRate      Num `json:"hit_rate"`      // pooled delta(hits)/delta(queries) from the replicas
+	// ClientCachedShare is the cached share of prompt tokens the responses'
+	// usage reported: the client's view of the same thing.
+	ClientCachedShare Num `json:"client_cached_share"`
+	IdealHitRate      Num `json:"ideal_hit_rate"` // of the turns actually sent
+	CounterResets     int `json:"counter_resets"`
+
+	// Stayed is the share of a session's later requests that went to the
+	// replica its previous request went to (NaN when unknowable).
+	Stayed Num `json:"stayed"`
+	// Load is each replica's share of the requests, and Imbalance max/mean.
+	Load      []float64 `json:"load_per_replica"`
+	Imbalance Num       `json:"load_imbalance"`
+
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Failed says whether the step had errors or timeouts.
+func (r Result) Failed() bool { return r.Errors > 0 || r.Timeouts > 0 }
+
+// Num is a float64 that encodes NaN (no data) as JSON null.
+type Num float64
+
+// MarshalJSON writes null for NaN and infinities.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', 6, 64), nil
+}
+
+// UnmarshalJSON reads null as NaN.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	*n = Num(f)
+	return err
+}
+
+// Find returns the result of a step and arm.
+func (r *Report) Find(sessions int, arm string) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Sessions == sessions && x.Arm == arm {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// Files written by Write, relative to the output directory.
+const (
+	ReportJSON     = "report.json"
+	ReportCSV      = "report.csv"
+	PlotTTFT       = "ttft.svg"
+	PlotHitRate    = "hit_rate.svg"
+	PlotThroughput = "output_tokens.svg"
+)
+
+// Write puts report.json, report.csv and the SVG plots into dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ReportJSON), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := r.writeCSV(filepath.Join(dir, ReportCSV)); err != nil {
+		return fmt.Errorf("csv: %w", err)
+	}
+	if err := r.writePlots(dir); err != nil {
+		return fmt.Errorf("plots: %w", err)
+	}
+	return nil
+}
+
+// ReadReport loads a report.json.
+func ReadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}

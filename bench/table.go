@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// column is one metric of the table: its header and how to print it.
+type column struct {
+	head string
+	cell func(Result) string
+}
+
+var columns = []column{
+	{"sessions/h", func(r Result) string { return fmtNum(r.SessionsPerHour, "%.0f") }},
+	{"out tok/min", func(r Result) string { return fmtNum(r.OutputTokensPerMin, "%.0f") }},
+	{"TTFT p50", func(r Result) string { return fmtSec(r.TTFTP50) }},
+	{"TTFT p95", func(r Result) string { return fmtSec(r.TTFTP95) }},
+	{"session p50", func(r Result) string { return fmtSec(r.SessionTTFTP50) }},
+	{"session p95", func(r Result) string { return fmtSec(r.SessionTTFTP95) }},
+	{"busy", func(r Result) string { return fmtNum(r.ReplicasBusy, "%.1f") }},
+	{"hit rate", func(r Result) string { return fmtPct(r.HitRate) }},
+	{"stayed", func(r Result) string { return fmtPct(r.Stayed) }},
+	{"load %", func(r Result) string { return fmtLoad(r.Load) }},
+	{"requests", func(r Result) string { return fmt.Sprint(r.Requests) }},
+	{"errors", func(r Result) string { return fmtErrors(r) }},
+}
+
+// WriteTable prints the report as markdown. With two arms each cell reads
+// "first → second" (e.g. off → on); with more, one row per step and arm.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n", r.caption())
+	if len(r.Arms) == 2 {
+		r.pairTable(&b)
+	} else {
+		r.longTable(&b)
+	}
+	for _, x := range r.Results {
+		for _, n := range x.Notes {
+			fmt.Fprintf(&b, "- %d sessions, %s: %s\n", x.Sessions, x.Arm, n)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) caption() string {
+	var parts []string
+	for _, a := range r.Arms {
+		parts = append(parts, fmt.Sprintf("%s = %s", a, r.ArmPolicies[a]))
+	}
+	timing := "wall-clock times"
+	if r.Mode == "virtual" {
+		timing = "simulated times (virtual clock)"
+	} else if r.Speed > 1 {
+		timing = fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
+	}
+	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d; %s; %s; "+
+		"TTFT = first streamed token at the client, %s; workload ideal hit rate %s.",
+		r.Mode, r.Replicas, optional(" of "+r.Profile, r.Profile != ""), fmtDur(r.StepSeconds), r.Seed,
+		strings.Join(parts, ", "), timing, r.PercentileMethod, fmtPct(r.WorkloadIdeal))
+}
+
+func (r *Report) pairTable(b *strings.Builder) {
+	a0, a1 := r.Arms[0], r.Arms[1]
+	b.WriteString("| sessions |")
+	for _, c := range columns {
+		fmt.Fprintf(b, " %s |", c.head)
+	}
+	b.WriteString("\n|---:|")
+	for range columns {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, s := range r.Steps {
+		x, ok0 := r.Find(s, a0)
+		y, ok1 := r.Find(s, a1)
+		if !ok0 && !ok1 {
+			continue
+		}
+		fmt.Fprintf(b, "| %d |", s)
+		for _, c := range columns {
+			fmt.Fprintf(b, " %s → %s |", cellOr(c, x, ok0), cellOr(c, y, ok1))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(b, "\nEach cell: %s → %s.\n", a0, a1)
+}
+
+func (r *Report) longTable(b *strings.Builder) {
+	b.WriteString("| sessions | arm |")
+	for _, c := range columns {
+		fmt.Fprintf(b, " %s |", c.head)
+	}
+	b.WriteString("\n|---:|---|")
+	for range columns {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, s := range r.Steps {
+		for _, a := range r.Arms {
+			x, ok := r.Find(s, a)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(b, "| %d | %s |", s, a)
+			for _, c := range columns {
+				fmt.Fprintf(b, " %s |", c.cell(x))
+			}
+			b.WriteString("\n")
+		}
+	}
+}
+
+func cellOr(c column, r Result, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return c.cell(r)
+}
+
+func fmtNum(n Num, format string) string {
+	if math.IsNaN(float64(n)) {
+		return "-"
+	}
+	return fmt.Sprintf(format, float64(n))
+}
+
+func fmtPct(n Num) string {
+	if math.IsNaN(float64(n)) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(n))
+}
+
+func fmtSec(n Num) string {
+	f := float64(n)
+	switch {
+	case math.IsNaN(f):
+		return "-"
+	case f < 10:
+		return fmt.Sprintf("%.2fs", f)
+	default:
+		return fmt.Sprintf("%.1fs", f)
+	}
+}
+
+func fmtDur(sec float64) string {
+	if sec >= 60 && math.Mod(sec, 60) == 0 {
+		return fmt.Sprintf("%.0f min", sec/60)
+	}
+	return fmt.Sprintf("%gs", sec)
+}
+
+func fmtLoad(load []float64) string {
+	if len(load) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(load))
+	for i, l := range load {
+		parts[i] = fmt.Sprintf("%.0f", 100*l)
+	}
+	return strings.Join(parts, "/")
+}
+
+// fmtErrors makes a failed step impossible to miss in the table.
+func fmtErrors(r Result) string {
+	if !r.Failed() {
+		return "0"
+	}
+	s := fmt.Sprintf("**%d FAILED**", r.Errors+r.Timeouts)
+	if r.Timeouts > 0 {
+		s += fmt.Sprintf(" (%d timeouts)", r.Timeouts)
+	}
+	return s
+}
+
+func optional(s string, ok bool) string {
+	if ok {
+		return s
+	}
+	return ""
+}

@@ -1,0 +1,145 @@
+// Package bench drives synthetic agent sessions against replicas (real HTTP,
+// or the simulator on a virtual clock), measures what placement does to time
+// to first token, throughput and prefix-cache hits, and reports it as a table,
+// JSON, CSV and SVG plots. The workload is the one of WORKLOAD.md.
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// The workload's shape (WORKLOAD.md). Sizes are in tokens of the simulator's
+// tokenizer; text is generated at exactly sim.BytesPerToken bytes a token so
+// a size in tokens is a size in bytes divided by four.
+const (
+	SystemTokens     = 3500 // shared by every session
+	FirstUserMin     = 7200 // first user message, unique to the session
+	FirstUserMax     = 7500
+	FollowUpTokens   = 400 // each later turn adds a user message of about this
+	FollowUpJitter   = 15  // ± tokens, keeps every follow-up within 5% of 400
+	TurnsPerSession  = 6   // the first message and five more turns
+	MaxOutputTokens  = 256
+	PauseMin         = 20 * time.Millisecond // client-side pause between turns
+	PauseMax         = 80 * time.Millisecond
+	sessionSeedSalt  = 0x5e55_10f0_0000_0001
+	systemPromptSalt = 0x5157_e000_0000_0002
+)
+
+// Workload is the seeded generator of sessions. Session i depends only on
+// the seed and i, so every arm and policy of a run draws the same sessions in
+// the same order, whatever order they are asked for in.
+type Workload struct {
+	Seed   uint64
+	System string // the shared system prompt
+}
+
+// NewWorkload builds the generator for a seed.
+func NewWorkload(seed uint64) *Workload {
+	r := rand.New(rand.NewPCG(seed, systemPromptSalt))
+	return &Workload{Seed: seed, System: "You are a coding agent. " + text(r, SystemTokens-6)}
+}
+
+// Session is one synthetic conversation: its id, its user messages (one a
+// turn) and the client's pause after each turn. The assistant replies are
+// not part of it: they are whatever the replica generated, resent as history.
+type Session struct {
+	Index     int
+	ID        string // a UUID, sent as X-Claude-Code-Session-Id
+	Users     []string
+	Pauses    []time.Duration // Pauses[k] is the wait before turn k (k = 0: before the first)
+	MaxTokens int
+}
+
+// Session returns session i of the workload.
+func (w *Workload) Session(i int) *Session {
+	r := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
+	s := &Session{Index: i, ID: uuid(r), MaxTokens: MaxOutputTokens}
+	first := FirstUserMin + r.IntN(FirstUserMax-FirstUserMin+1)
+	// The session id leads the first message, so no two sessions share a
+	// prefix beyond the system prompt even if the random text collided.
+	head := padToToken("Task " + s.ID + ":")
+	s.Users = append(s.Users, head+text(r, first-len(head)/sim.BytesPerToken))
+	for k := 1; k < TurnsPerSession; k++ {
+		n := FollowUpTokens - FollowUpJitter + r.IntN(2*FollowUpJitter+1)
+		s.Users = append(s.Users, text(r, n))
+	}
+	for k := 0; k < TurnsPerSession; k++ {
+		s.Pauses = append(s.Pauses, PauseMin+time.Duration(r.Int64N(int64(PauseMax-PauseMin))))
+	}
+	return s
+}
+
+// Conversation is a session in flight: the history so far, with the
+// replica's replies, as the client resends it every turn.
+type Conversation struct {
+	Session *Session
+	Turn    int // index of the next turn to send
+	History []sim.Message
+}
+
+// NewConversation starts a session at its first turn.
+func NewConversation(s *Session) *Conversation { return &Conversation{Session: s} }
+
+// Next appends the next user message to the history and returns the
+// messages to send. It is only valid while Done() is false.
+func (c *Conversation) Next() []sim.Message {
+	c.History = append(c.History, sim.Message{Role: "user", Content: c.Session.Users[c.Turn]})
+	return c.History
+}
+
+// Reply records the assistant's reply to the turn just sent and moves on.
+func (c *Conversation) Reply(text string) {
+	c.History = append(c.History, sim.Message{Role: "assistant", Content: text})
+	c.Turn++
+}
+
+// Done says whether every turn has been answered.
+func (c *Conversation) Done() bool { return c.Turn >= len(c.Session.Users) }
+
+// words are the pieces generated text is made of; each is exactly
+// sim.BytesPerToken bytes, so text(r, n) is exactly n tokens.
+var words = func() []string {
+	var out []string
+	for _, a := range "bcdfghlmnprstw" {
+		for _, v := range "aeiou" {
+			for _, b := range "dlmnrst" {
+				out = append(out, string(a)+string(v)+string(b)+" ")
+			}
+		}
+	}
+	return out
+}()
+
+// text returns n tokens of seeded filler text.
+func text(r *rand.Rand, n int) string {
+	var b strings.Builder
+	b.Grow(n * sim.BytesPerToken)
+	for range n {
+		b.WriteString(words[r.IntN(len(words))])
+	}
+	return b.String()
+}
+
+// padToToken pads s with spaces to a whole number of tokens.
+func padToToken(s string) string {
+	for len(s)%sim.BytesPerToken != 0 {
+		s += " "
+	}
+	return s
+}
+
+// uuid draws a version-4 UUID from the seeded source.
+func uuid(r *rand.Rand) string {
+	var u [16]byte
+	for i := range u {
+		u[i] = byte(r.Uint32())
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
