@@ -1,0 +1,40 @@
+package sim
+
+import "time"
+
+// Request is one request to a replica engine. Callbacks run on the engine's
+// clock (virtual time in Virtual; in real mode, the modelled time the server
+// maps to wall time) and must not block.
+type Request struct {
+	ID        uint64
+	Prompt    []uint32
+	MaxTokens int      // output tokens to generate; < 1 counts as 1
+	Stop      []string // optional stop sequences: the output ends before the first match
+
+	OnFirstToken func(at time.Time)              // may be nil
+	OnToken      func(at time.Time, text string) // may be nil
+	OnDone       func(at time.Time, r Result)    // always called exactly once (may be nil)
+}
+
+// Result is what a finished (or failed) request reports.
+type Result struct {
+	PromptTokens, CachedTokens, OutputTokens int
+	OutputText                               string
+	FinishReason                             string // "length", "stop" or "abort"
+	StopSequence                             string // the stop sequence matched, if any
+	Err                                      error  // ErrAborted, ErrPromptTooLong, ErrEmptyPrompt
+}
+
+// Stats are the numbers a replica's /metrics exports (counters only grow).
+type Stats struct {
+	Running, Waiting int
+	KVUsage          float64 // 0-1: share of blocks neither free nor evictable
+	KVCapacityTokens int
+
+	PrefixQueries, PrefixHits      uint64 // tokens
+	PromptTokens, GenerationTokens uint64
+	TTFTSum                        float64 // seconds of modelled time
+	TTFTCount                      uint64
+	RequestsDone                   uint64
+	Preemptions                    uint64
+}
