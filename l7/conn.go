@@ -1,0 +1,136 @@
+package l7
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"time"
+)
+
+// Conn is one side of an exchange: a TCP connection and the bytes the shim
+// has already read from it but not used yet. Those bytes are never hidden in
+// a bufio.Reader: whoever moves the rest of the stream (the userspace copy,
+// or a kernel datapath that takes over the socket) must send Pending first.
+type Conn struct {
+	*net.TCPConn
+	Pending []byte
+	buf     []byte // backing store that Pending usually points into
+}
+
+// NewConn wraps a TCP connection with an empty pending buffer.
+func NewConn(c *net.TCPConn) *Conn { return &Conn{TCPConn: c} }
+
+// copySlice bounds one splice-backed copy, so the idle deadline is renewed
+// at least once per this many bytes of progress.
+const copySlice = 1 << 20
+
+// maxLine bounds a chunk-size or trailer line.
+const maxLine = 4096
+
+var (
+	errLineTooLong = errors.New("l7: chunk line too long")
+	errBadChunk    = errors.New("l7: malformed chunked body")
+)
+
+// fill reads at least one more byte from the connection into Pending.
+func (c *Conn) fill() error {
+	if c.buf == nil {
+		c.buf = make([]byte, 32<<10)
+	}
+	// Move what is pending to the start of buf if it does not sit there.
+	if len(c.Pending) == 0 || &c.Pending[0] != &c.buf[0] {
+		if len(c.Pending) > len(c.buf) {
+			c.buf = make([]byte, len(c.Pending)+32<<10)
+		}
+		n := copy(c.buf, c.Pending)
+		c.Pending = c.buf[:n]
+	}
+	if len(c.Pending) == len(c.buf) {
+		return errLineTooLong
+	}
+	n, err := c.TCPConn.Read(c.buf[len(c.Pending):])
+	c.Pending = c.buf[:len(c.Pending)+n]
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// readLine returns the next line through its LF, taken from Pending and
+// the connection; bytes read past it stay in Pending.
+func (c *Conn) readLine() ([]byte, error) {
+	for {
+		if i := bytes.IndexByte(c.Pending, '\n'); i >= 0 {
+			line := c.Pending[:i+1]
+			c.Pending = c.Pending[i+1:]
+			return line, nil
+		}
+		if len(c.Pending) > maxLine {
+			return nil, errLineTooLong
+		}
+		if err := c.fill(); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
+
+// copyTo moves exactly n bytes (or, with n < 0, everything until EOF) from
+// c to dst: Pending first, then the connection with io.CopyN between the two
+// *net.TCPConn, which the runtime turns into splice(2). idle bounds how long
+// one slice of the copy may wait for progress on either side.
+func (c *Conn) copyTo(dst *Conn, n int64, idle time.Duration) (int64, error) {
+	var done int64
+	if len(c.Pending) > 0 {
+		k := int64(len(c.Pending))
+		if n >= 0 {
+			k = min(k, n)
+		}
+		_ = dst.SetWriteDeadline(time.Now().Add(idle))
+		w, err := dst.TCPConn.Write(c.Pending[:k])
+		c.Pending = c.Pending[w:]
+		done += int64(w)
+		if err != nil {
+			return done, err
+		}
+	}
+	for n < 0 || done < n {
+		step := int64(copySlice)
+		if n >= 0 {
+			step = min(step, n-done)
+		}
+		deadline := time.Now().Add(idle)
+		_ = c.SetReadDeadline(deadline)
+		_ = dst.SetWriteDeadline(deadline)
+		m, err := io.CopyN(dst.TCPConn, c.TCPConn, step)
+		done += m
+		if err == io.EOF && n < 0 {
+			return done, nil // close-delimited body ended
+		}
+		if err == io.EOF {
+			return done, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// writeAll writes bufs to the connection in one writev where possible.
+func (c *Conn) writeAll(idle time.Duration, bufs ...[]byte) (int64, error) {
+	_ = c.SetWriteDeadline(time.Now().Add(idle))
+	nb := net.Buffers(bufs)
+	return nb.WriteTo(c.TCPConn)
+}
+
+// clearDeadlines removes read and write deadlines, e.g. before pooling.
+func (c *Conn) clearDeadlines() {
+	_ = c.SetDeadline(time.Time{})
+}

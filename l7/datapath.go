@@ -1,0 +1,63 @@
+package l7
+
+import "time"
+
+// Exchange is one request and its response as the datapath sees them. The
+// shim fills it: it has read the request head from Client, chosen the
+// replica, connected Upstream and written the (rewritten) request head
+// there. Bodies are the datapath's job.
+type Exchange struct {
+	Model   string // model name, for counters
+	Replica int    // replica index of the placement, for counters
+	Client  *Conn  // Client.Pending: body bytes read with the head, then maybe the next pipelined request
+	// Upstream.Pending: response bytes read with the response head.
+	Upstream *Conn
+	Request  *Head
+	Response *ResponseHead // set by the shim before RelayResponseBody
+	// Idle bounds how long the datapath may wait for progress (a read or a
+	// write) before giving up with a timeout error; it renews on progress.
+	Idle time.Duration
+
+	// Filled in by the datapath: body bytes it moved each way.
+	BodyBytesUp, BodyBytesDown int64
+}
+
+// Datapath moves the bodies of an exchange between the two sockets. The
+// shim keeps everything that needs a decision in userspace (request head,
+// placement, rewritten head, response head) and hands the bulk to a
+// Datapath. The userspace one (UserPath) copies with splice(2); a kernel
+// one (sockmap, to be added as l7/kernel*.go, selected with
+// Options.Datapath) redirects socket to socket without waking the shim.
+//
+// What any Datapath must report back, because in-flight accounting and
+// connection reuse depend on it (the shim calls Model.Done when
+// RelayResponseBody returns):
+//   - RelayRequestBody returns only when the last byte of the request body
+//     (by x.Request.Framing: Content-Length bytes, or chunks through the
+//     zero-size chunk and trailers) has been written to Upstream, or on the
+//     first error. Bytes past the body that were read from Client (a
+//     pipelined next request) must be left in x.Client.Pending.
+//   - RelayResponseBody returns only when the response body has ended by
+//     x.Response.Framing (Content-Length reached, last chunk and trailers
+//     written, or upstream EOF for close-delimited), or on the first error,
+//     including either peer closing early: an error is how the shim learns
+//     that the exchange ended abnormally and that neither socket may be
+//     reused. It must not return before the end (a kernel path that
+//     redirects asynchronously must wait for its end-of-body event) and
+//     must not linger after it (the count would stay high).
+//   - Both must honour x.Idle: a dead peer may never hang a client.
+//   - Both must start by sending the Pending bytes of the source side,
+//     which the shim read with the head and never hides.
+//   - Both fill BodyBytesUp / BodyBytesDown with the bytes moved.
+//
+// A kernel Datapath that takes over the client socket must also take over
+// watching it for a client abort while the response is pending (the
+// userspace shim does that with a background read; see watchClient).
+type Datapath interface {
+	// Name is "user" or "kernel": it appears in logs and counters.
+	Name() string
+	// RelayRequestBody moves the request body from x.Client to x.Upstream.
+	RelayRequestBody(x *Exchange) error
+	// RelayResponseBody moves the response body from x.Upstream to x.Client.
+	RelayResponseBody(x *Exchange) error
+}

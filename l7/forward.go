@@ -1,0 +1,272 @@
+package l7
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+// exchange serves one request whose head h was read from client: place it,
+// connect, write the head, relay the body, the response head and the
+// response body. It reports whether the client connection may carry
+// another request.
+func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
+	s.stats.requests.Add(1)
+	key := RoutingKeyOf(h, s.placer.SessionHeaders())
+	start := time.Now()
+	p, err := s.placer.Place(agent.Request{
+		SessionID:    key.SessionID,
+		PinnedHeader: key.PinnedHeader,
+		PromptBytes:  key.PromptBytes,
+		Now:          start,
+	})
+	if err != nil {
+		if errors.Is(err, agent.ErrNoHealthyReplica) {
+			s.reject(client, 503)
+		} else {
+			s.log.Warn("placement failed", "model", s.placer.Name(), "err", err)
+			s.reject(client, 502)
+		}
+		return false
+	}
+	// From here on the request is in flight: Done exactly once, whatever
+	// path this function leaves by (p changes if Retry moves it).
+	defer func() { s.placer.Done(p, time.Now()) }()
+
+	up, reused, err := s.connect(&p)
+	if err != nil {
+		s.log.Warn("upstream connect failed", "model", s.placer.Name(), "replica", p.Replica, "err", err)
+		s.reject(client, 502)
+		return false
+	}
+	x := &Exchange{
+		Model: s.placer.Name(), Replica: p.Replica,
+		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout,
+	}
+	status, err := s.relay(x, &p, reused)
+	up = x.Upstream // relay may have replaced a dead pooled connection
+	if err != nil {
+		if up != nil {
+			up.Close()
+		}
+		if status != 0 {
+			s.reject(client, status)
+		}
+		s.log.Debug("exchange failed", s.logAttrs(x, p, status, start, err)...)
+		return false
+	}
+	if x.Response.Reusable {
+		s.pool.Put(p.Addr, up)
+	} else {
+		up.Close()
+	}
+	s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
+	return s.clientKeepAlive(h, x.Response)
+}
+
+// connect returns a connection to p's replica. A connect failure (no byte
+// sent yet) moves the request to the next-best replica once, through
+// Model.Retry, which updates *p.
+func (s *Shim) connect(p *agent.Placement) (*Conn, bool, error) {
+	ctx := context.Background()
+	up, reused, err := s.pool.Get(ctx, p.Addr)
+	if err == nil {
+		return up, reused, nil
+	}
+	next, rerr := s.placer.Retry(*p, time.Now())
+	if rerr != nil {
+		return nil, false, err
+	}
+	s.stats.retries.Add(1)
+	s.log.Info("retrying on another replica", "model", s.placer.Name(), "from", p.Replica, "to", next.Replica, "err", err)
+	*p = next
+	return s.pool.Get(ctx, p.Addr)
+}
+
+// relay moves one exchange once the upstream connection is up. On error it
+// returns the status the shim should still answer with (0: none, the
+// client is gone or has already seen part of the response).
+func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) {
+	client, h := x.Client, x.Request
+	if h.ExpectContinue {
+		// The shim stripped Expect and is ready for the body now.
+		if _, err := client.writeAll(s.opts.BodyTimeout, []byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+			return 0, err
+		}
+	}
+	head := upstreamHead(h, p.RankHeader, p.Addr)
+	// Body bytes that came with the head go out in the same writev.
+	var early int
+	if h.Framing == FramingLength {
+		early = int(min(int64(len(client.Pending)), h.ContentLength))
+	}
+	_, err := x.Upstream.writeAll(s.opts.BodyTimeout, head, client.Pending[:early])
+	if err != nil && reused {
+		// The pooled connection died between the liveness check and this
+		// write: the replica saw nothing usable, so a fresh one is safe.
+		x.Upstream.Close()
+		x.Upstream, err = s.pool.Dial(context.Background(), p.Addr)
+		if err == nil {
+			_, err = x.Upstream.writeAll(s.opts.BodyTimeout, head, client.Pending[:early])
+		}
+	}
+	if err != nil {
+		return 502, err
+	}
+	client.Pending = client.Pending[early:]
+	x.BodyBytesUp = int64(early)
+	if h.Framing == FramingLength {
+		x.Request = withLength(h, h.ContentLength-int64(early))
+	}
+	if err := s.dp.RelayRequestBody(x); err != nil {
+		x.Request = h
+		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
+			return 400, err // the client's framing is broken
+		}
+		return 502, err
+	}
+	x.Request = h
+
+	watch := watchClient(client, x.Upstream)
+	resp, err := s.readResponseHead(x)
+	if err != nil {
+		if watch.stop() {
+			return 0, errClientGone
+		}
+		if errors.Is(err, ErrHeadTimeout) {
+			return 504, err
+		}
+		return 502, err
+	}
+	x.Response = resp
+	keep := s.clientKeepAlive(h, resp)
+	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep)); err != nil {
+		watch.stop()
+		return 0, err
+	}
+	x.Idle = s.opts.ResponseTimeout
+	err = s.dp.RelayResponseBody(x)
+	if watch.stop() {
+		return 0, errClientGone
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+// withLength is h with the Content-Length the datapath still has to move
+// (the bytes that went out with the head are already sent).
+func withLength(h *Head, remaining int64) *Head {
+	c := *h
+	c.ContentLength = remaining
+	return &c
+}
+
+var errClientGone = errors.New("l7: client went away")
+
+// readResponseHead reads the response head, relaying interim 1xx responses
+// to the client, within ResponseTimeout (prefill of a long prompt on a
+// loaded replica can take a while, so it is generous, but a dead replica
+// must not hold a client forever).
+func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
+	up := x.Upstream
+	deadline := time.Now().Add(s.opts.ResponseTimeout)
+	for {
+		_ = up.SetReadDeadline(deadline)
+		raw, rest, err := readRawHead(up.TCPConn, up.Pending)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		r, err := parseResponseHead(raw, x.Request.Method)
+		if err != nil {
+			return nil, err
+		}
+		up.Pending = rest
+		if r.Status >= 200 {
+			return r, nil
+		}
+		if r.Status == 101 {
+			return nil, ErrBadResponse // no upgrades: Upgrade is never forwarded
+		}
+		if r.Status != 100 { // 100 answers an Expect the shim did not forward
+			if _, err := x.Client.writeAll(s.opts.BodyTimeout, interimHead(r)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// clientKeepAlive decides whether the client connection carries another
+// request after this response.
+func (s *Shim) clientKeepAlive(h *Head, r *ResponseHead) bool {
+	return h.KeepAlive && r.Framing != FramingClose && !s.closing.Load()
+}
+
+// reject answers status on a connection the shim is about to close, then
+// drains what the client still sends for a moment, so that closing with
+// unread data does not reset the connection before the answer is read.
+func (s *Shim) reject(c *Conn, status int) {
+	s.stats.countStatus(status)
+	text := statusText(status)
+	b := make([]byte, 0, 192)
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = append(b, text...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
+	if status == 503 {
+		b = appendHeader(b, "Retry-After", strconv.Itoa(int(max(1, s.opts.RetryAfter/time.Second))))
+	}
+	b = appendHeader(b, "Content-Length", strconv.Itoa(len(text)+1))
+	b = append(b, "\r\n"...)
+	b = append(b, text...)
+	b = append(b, '\n')
+	if _, err := c.writeAll(time.Second, b); err != nil {
+		return
+	}
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.CopyN(io.Discard, c.TCPConn, 256<<10)
+}
+
+func statusText(code int) string {
+	switch code {
+	case 400:
+		return "Bad Request"
+	case 408:
+		return "Request Timeout"
+	case 431:
+		return "Request Header Fields Too Large"
+	case 502:
+		return "Bad Gateway"
+	case 503:
+		return "Service Unavailable"
+	case 504:
+		return "Gateway Timeout"
+	}
+	return "Error"
+}
+
+// logAttrs describes an exchange for the log: never the prompt, never the
+// raw session id (only the model's keyed hash of it).
+func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.Time, err error) []any {
+	a := []any{
+		"model", x.Model, "replica", p.Replica, "kind", p.Kind.String(),
+		"session", strconv.FormatUint(p.SessionHash, 16), "method", x.Request.Method,
+		"status", status, "up_bytes", x.BodyBytesUp, "down_bytes", x.BodyBytesDown,
+		"duration", time.Since(start),
+	}
+	if err != nil {
+		a = append(a, slog.String("err", err.Error()))
+	}
+	return a
+}

@@ -1,0 +1,41 @@
+package l7
+
+import "strings"
+
+// Headers a client uses to pin its request to one replica itself. The first
+// is vLLM's own (one-endpoint shape); the second is the warden's, for the
+// per-replica shape.
+const (
+	RankHeader    = "X-data-parallel-rank"
+	ReplicaHeader = "X-Warden-Replica"
+)
+
+// RoutingKey is what the shim learns from a request head for placement.
+type RoutingKey struct {
+	SessionID    string // raw id from the first session header present; "" if none. Never logged.
+	PinnedHeader string // value of RankHeader or ReplicaHeader, "" if neither
+	PromptBytes  int64  // Content-Length; 0 when chunked or absent
+}
+
+// RoutingKeyOf reads the routing key from h. sessionHeaders are tried in
+// order and the first one present with a non-empty value wins, so a model
+// can prefer X-Claude-Code-Session-Id over a generic X-Session-Id.
+func RoutingKeyOf(h *Head, sessionHeaders []string) RoutingKey {
+	var k RoutingKey
+	for _, name := range sessionHeaders {
+		if v, ok := h.Get(name); ok && v != "" {
+			k.SessionID = v
+			break
+		}
+	}
+	for _, f := range h.Headers {
+		if strings.EqualFold(f.Name, RankHeader) || strings.EqualFold(f.Name, ReplicaHeader) {
+			k.PinnedHeader = f.Value
+			break
+		}
+	}
+	if h.Framing == FramingLength {
+		k.PromptBytes = h.ContentLength
+	}
+	return k
+}

@@ -1,0 +1,299 @@
+package l7
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+// Placer is what the shim needs from the control plane: *agent.Model.
+type Placer interface {
+	Name() string
+	SessionHeaders() []string
+	Place(agent.Request) (agent.Placement, error)
+	Retry(agent.Placement, time.Time) (agent.Placement, error)
+	Done(agent.Placement, time.Time)
+}
+
+// Options tune a Shim. Zero values take the defaults below.
+type Options struct {
+	// Datapath moves bodies; nil means a new UserPath.
+	Datapath Datapath
+	// Upstreams dials and pools replica connections; nil means a new pool
+	// built from ConnectTimeout, UpstreamIdleTimeout and MaxIdlePerReplica.
+	// Shims of several models may share one.
+	Upstreams           *Upstreams
+	HeadTimeout         time.Duration // to receive a whole request head (10 s)
+	IdleTimeout         time.Duration // keep-alive wait for the next request (120 s)
+	BodyTimeout         time.Duration // request body progress, and small writes (60 s)
+	ResponseTimeout     time.Duration // response head, then progress of the response body (300 s)
+	ConnectTimeout      time.Duration // upstream TCP connect (3 s)
+	UpstreamIdleTimeout time.Duration // pooled connection age limit (4 s: under uvicorn's 5 s)
+	MaxIdlePerReplica   int           // pooled connections per replica address (32)
+	ShutdownTimeout     time.Duration // Close waits this long for requests in flight (30 s)
+	RetryAfter          time.Duration // Retry-After of a 503 (1 s)
+	Logger              *slog.Logger  // nil: slog.Default()
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.HeadTimeout, 10*time.Second)
+	def(&o.IdleTimeout, 120*time.Second)
+	def(&o.BodyTimeout, 60*time.Second)
+	def(&o.ResponseTimeout, 300*time.Second)
+	def(&o.ConnectTimeout, 3*time.Second)
+	def(&o.UpstreamIdleTimeout, 4*time.Second)
+	def(&o.ShutdownTimeout, 30*time.Second)
+	def(&o.RetryAfter, time.Second)
+	if o.MaxIdlePerReplica <= 0 {
+		o.MaxIdlePerReplica = 32
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Datapath == nil {
+		o.Datapath = NewUserPath()
+	}
+	if o.Upstreams == nil {
+		o.Upstreams = NewUpstreams(o.ConnectTimeout, o.UpstreamIdleTimeout, o.MaxIdlePerReplica)
+	}
+}
+
+// Errors of Serve and Close.
+var (
+	ErrShimClosed      = errors.New("l7: shim closed")
+	ErrShutdownTimeout = errors.New("l7: requests still in flight at shutdown timeout; connections closed")
+)
+
+// Shim is the userspace front of one model: it accepts client connections
+// on the model's frontend, reads each request head, asks the model for a
+// replica and relays the exchange through its Datapath.
+type Shim struct {
+	placer Placer
+	opts   Options
+	dp     Datapath
+	pool   *Upstreams
+	log    *slog.Logger
+
+	closing atomic.Bool
+	mu      sync.Mutex
+	lns     map[*net.TCPListener]struct{}
+	conns   map[*Conn]bool // value: idle (waiting for a request head)
+	wg      sync.WaitGroup // one per connection goroutine
+	stats   stats
+}
+
+// NewShim returns a shim for one model (pass an *agent.Model).
+func NewShim(m Placer, opts Options) *Shim {
+	opts.setDefaults()
+	return &Shim{
+		placer: m, opts: opts, dp: opts.Datapath, pool: opts.Upstreams,
+		log:   opts.Logger.With("model", m.Name()),
+		lns:   map[*net.TCPListener]struct{}{},
+		conns: map[*Conn]bool{},
+	}
+}
+
+// Datapath is the byte mover the shim uses.
+func (s *Shim) Datapath() Datapath { return s.dp }
+
+// Serve accepts connections on ln until Close; it returns ErrShimClosed
+// then, or the listener's error. The listener must be plain TCP (see
+// Listen), so a kernel datapath can steer its sockets.
+func (s *Shim) Serve(ln *net.TCPListener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrShimClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrShimClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; backing off", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		cc := NewConn(c)
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			c.Close()
+			return ErrShimClosed
+		}
+		s.conns[cc] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.stats.conns.Add(1)
+		go s.serveConn(cc)
+	}
+}
+
+// serveConn serves one client connection request by request; each request
+// is routed on its own head.
+func (s *Shim) serveConn(c *Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	headDeadline := time.Now().Add(s.opts.HeadTimeout)
+	for first := true; ; first = false {
+		if len(c.Pending) == 0 && !first {
+			// Idle keep-alive: wait for the first byte of the next head.
+			if !s.setIdle(c, true) {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+			err := c.fill()
+			if !s.setIdle(c, false) || err != nil {
+				return // closed by the client, idle timeout, or shutdown
+			}
+			headDeadline = time.Now().Add(s.opts.HeadTimeout)
+		} else if !first {
+			headDeadline = time.Now().Add(s.opts.HeadTimeout)
+		}
+		_ = c.SetReadDeadline(headDeadline)
+		h, rest, err := ReadHead(c.TCPConn, c.Pending)
+		if first && !s.setIdle(c, false) {
+			return
+		}
+		if err != nil {
+			if status := HeadErrorStatus(err); status != 0 {
+				s.log.Debug("bad request head", "status", status, "err", err)
+				s.reject(c, status)
+			}
+			return
+		}
+		c.Pending = rest
+		if !s.exchange(c, h) {
+			return
+		}
+	}
+}
+
+// setIdle records whether c waits for a request head; it returns false
+// when the shim is closing (the caller must return, and Close may already
+// have closed c).
+func (s *Shim) setIdle(c *Conn, idle bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.conns[c] = idle
+	return true
+}
+
+// Close shuts the shim down gracefully: it stops accepting, closes idle
+// connections, lets requests in flight finish for up to ShutdownTimeout,
+// then closes whatever is left (ErrShutdownTimeout) and the idle pool.
+func (s *Shim) Close() error {
+	s.mu.Lock()
+	s.closing.Store(true)
+	for ln := range s.lns {
+		ln.Close()
+	}
+	for c, idle := range s.conns {
+		if idle {
+			c.Close()
+		}
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-time.After(s.opts.ShutdownTimeout):
+		err = ErrShutdownTimeout
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.pool.Close()
+	return err
+}
+
+// Listen opens a plain-TCP listener (no MPTCP: a kernel datapath must be
+// able to put its sockets into a sockmap).
+func Listen(addr string) (*net.TCPListener, error) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// Stats are the shim's own counters.
+type Stats struct {
+	Connections uint64         // accepted client connections
+	Requests    uint64         // request heads read and placed or refused by placement
+	Retries     uint64         // connect failures moved to another replica
+	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504)
+}
+
+type stats struct {
+	conns, requests, retries atomic.Uint64
+	mu                       sync.Mutex
+	answered                 map[int]uint64
+}
+
+func (st *stats) countStatus(code int) {
+	st.mu.Lock()
+	if st.answered == nil {
+		st.answered = map[int]uint64{}
+	}
+	st.answered[code]++
+	st.mu.Unlock()
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Shim) Stats() Stats {
+	out := Stats{
+		Connections: s.stats.conns.Load(),
+		Requests:    s.stats.requests.Load(),
+		Retries:     s.stats.retries.Load(),
+		Answered:    map[int]uint64{},
+	}
+	s.stats.mu.Lock()
+	for k, v := range s.stats.answered {
+		out.Answered[k] = v
+	}
+	s.stats.mu.Unlock()
+	return out
+}
+
+var _ io.Closer = (*Shim)(nil)

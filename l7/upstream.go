@@ -1,0 +1,141 @@
+package l7
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Upstreams dials replicas and keeps idle keep-alive connections to them,
+// a bounded list per address. A pooled connection is checked before reuse,
+// so one that the replica closed while idle (uvicorn drops idle
+// connections after 5 s) is dropped here instead of failing a request.
+type Upstreams struct {
+	dialer      net.Dialer
+	maxIdle     int
+	idleTimeout time.Duration
+
+	mu     sync.Mutex
+	idle   map[string][]pooledConn
+	closed bool
+}
+
+type pooledConn struct {
+	c     *Conn
+	since time.Time
+}
+
+// NewUpstreams returns a pool that keeps at most maxIdle idle connections
+// per address, each for at most idleTimeout, and dials with connectTimeout.
+// Dialed connections are plain TCP (no MPTCP), so a kernel datapath can put
+// them in a sockmap.
+func NewUpstreams(connectTimeout, idleTimeout time.Duration, maxIdle int) *Upstreams {
+	u := &Upstreams{
+		dialer:      net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
+		maxIdle:     maxIdle,
+		idleTimeout: idleTimeout,
+		idle:        map[string][]pooledConn{},
+	}
+	u.dialer.SetMultipathTCP(false)
+	return u
+}
+
+// Get returns a live idle connection to addr if the pool has one
+// (reused = true), or dials a new one.
+func (u *Upstreams) Get(ctx context.Context, addr string) (c *Conn, reused bool, err error) {
+	if c := u.takeIdle(addr); c != nil {
+		return c, true, nil
+	}
+	c, err = u.Dial(ctx, addr)
+	return c, false, err
+}
+
+// Dial opens a new connection to addr.
+func (u *Upstreams) Dial(ctx context.Context, addr string) (*Conn, error) {
+	nc, err := u.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, errors.New("l7: upstream is not TCP")
+	}
+	return NewConn(tc), nil
+}
+
+func (u *Upstreams) takeIdle(addr string) *Conn {
+	now := time.Now()
+	for {
+		u.mu.Lock()
+		list := u.idle[addr]
+		if len(list) == 0 {
+			u.mu.Unlock()
+			return nil
+		}
+		// Newest first: it is the least likely to have been closed.
+		p := list[len(list)-1]
+		u.idle[addr] = list[:len(list)-1]
+		u.mu.Unlock()
+		if now.Sub(p.since) < u.idleTimeout && len(p.c.Pending) == 0 && alive(p.c) {
+			return p.c
+		}
+		p.c.Close()
+	}
+}
+
+// Put returns a connection whose last response was read completely. It is
+// closed instead if the pool for addr is full or the pool is closed.
+func (u *Upstreams) Put(addr string, c *Conn) {
+	c.clearDeadlines()
+	u.mu.Lock()
+	if u.closed || len(u.idle[addr]) >= u.maxIdle || len(c.Pending) > 0 {
+		u.mu.Unlock()
+		c.Close()
+		return
+	}
+	u.idle[addr] = append(u.idle[addr], pooledConn{c: c, since: time.Now()})
+	u.mu.Unlock()
+}
+
+// Idle returns the number of idle pooled connections to addr.
+func (u *Upstreams) Idle(addr string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.idle[addr])
+}
+
+// Close closes every idle connection; later Puts close theirs.
+func (u *Upstreams) Close() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	for addr, list := range u.idle {
+		for _, p := range list {
+			p.c.Close()
+		}
+		delete(u.idle, addr)
+	}
+	return nil
+}
+
+// alive reports whether an idle connection is still open and silent: a
+// non-blocking MSG_PEEK finds EOF (peer closed), stray bytes (protocol
+// error) or nothing (alive), without consuming anything.
+func alive(c *Conn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	var b [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = n < 0 && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
+		return true // never wait for readiness
+	})
+	return err == nil && ok
+}

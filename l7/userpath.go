@@ -1,0 +1,201 @@
+package l7
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// UserPath is the userspace Datapath: bodies are copied with io.CopyN
+// between *net.TCPConn, which the Go runtime carries out with splice(2), so
+// body bytes go socket to pipe to socket without entering this process's
+// memory. Chunk-size lines are parsed here; the chunk data in between is
+// spliced, except small chunks that arrived with their size line, which are
+// written out with it in one writev (an SSE event is one such chunk).
+type UserPath struct {
+	mu     sync.Mutex
+	counts map[ReplicaKey]*byteCounters
+}
+
+// ReplicaKey names one replica of one model in counters.
+type ReplicaKey struct {
+	Model   string
+	Replica int
+}
+
+// ByteCounts are body bytes the userspace datapath moved for one replica.
+type ByteCounts struct {
+	Up, Down uint64 // client to upstream, upstream to client
+}
+
+type byteCounters struct{ up, down atomic.Uint64 }
+
+// NewUserPath returns the userspace datapath.
+func NewUserPath() *UserPath { return &UserPath{counts: map[ReplicaKey]*byteCounters{}} }
+
+// Name implements Datapath.
+func (u *UserPath) Name() string { return "user" }
+
+// Counts returns the bytes relayed in userspace per replica so far.
+func (u *UserPath) Counts() map[ReplicaKey]ByteCounts {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make(map[ReplicaKey]ByteCounts, len(u.counts))
+	for k, c := range u.counts {
+		out[k] = ByteCounts{Up: c.up.Load(), Down: c.down.Load()}
+	}
+	return out
+}
+
+func (u *UserPath) counters(x *Exchange) *byteCounters {
+	k := ReplicaKey{x.Model, x.Replica}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c := u.counts[k]
+	if c == nil {
+		c = &byteCounters{}
+		u.counts[k] = c
+	}
+	return c
+}
+
+// RelayRequestBody implements Datapath.
+func (u *UserPath) RelayRequestBody(x *Exchange) error {
+	var (
+		n   int64
+		err error
+	)
+	switch x.Request.Framing {
+	case FramingLength:
+		n, err = x.Client.copyTo(x.Upstream, x.Request.ContentLength, x.Idle)
+	case FramingChunked:
+		n, err = copyChunked(x.Upstream, x.Client, x)
+	}
+	x.BodyBytesUp += n
+	u.counters(x).up.Add(uint64(n))
+	return err
+}
+
+// RelayResponseBody implements Datapath.
+func (u *UserPath) RelayResponseBody(x *Exchange) error {
+	var (
+		n   int64
+		err error
+	)
+	switch x.Response.Framing {
+	case FramingLength:
+		n, err = x.Upstream.copyTo(x.Client, x.Response.ContentLength, x.Idle)
+	case FramingChunked:
+		n, err = copyChunked(x.Client, x.Upstream, x)
+	case FramingClose:
+		n, err = x.Upstream.copyTo(x.Client, -1, x.Idle)
+	}
+	x.BodyBytesDown += n
+	u.counters(x).down.Add(uint64(n))
+	return err
+}
+
+// copyChunked relays a chunked body from src to dst unchanged (sizes,
+// extensions and trailers pass through as sent), parsing only enough to
+// know where it ends. It returns the bytes written to dst.
+func copyChunked(dst, src *Conn, x *Exchange) (int64, error) {
+	var total int64
+	for {
+		_ = src.SetReadDeadline(time.Now().Add(x.Idle))
+		line, err := src.readLine()
+		if err != nil {
+			return total, err
+		}
+		size, err := parseChunkSize(line)
+		if err != nil {
+			return total, err
+		}
+		if size == 0 {
+			// Last chunk: trailers up to the empty line go with it.
+			out := append([]byte(nil), line...)
+			for {
+				t, err := src.readLine()
+				if err != nil {
+					return total, err
+				}
+				out = append(out, t...)
+				if len(t) > maxLine || len(out) > MaxHeadBytes {
+					return total, errBadChunk
+				}
+				if bytes.Equal(t, []byte("\r\n")) {
+					break
+				}
+			}
+			n, err := dst.writeAll(x.Idle, out)
+			return total + n, err
+		}
+		if avail := int64(len(src.Pending)); avail >= size+2 {
+			// The whole chunk arrived with its size line: one writev.
+			data := src.Pending[:size+2]
+			if data[size] != '\r' || data[size+1] != '\n' {
+				return total, errBadChunk
+			}
+			src.Pending = src.Pending[size+2:]
+			n, err := dst.writeAll(x.Idle, line, data)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
+		n, err := dst.writeAll(x.Idle, line)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		m, err := src.copyTo(dst, size, x.Idle)
+		total += m
+		if err != nil {
+			return total, err
+		}
+		crlf, err := src.readLine()
+		if err != nil {
+			return total, err
+		}
+		if !bytes.Equal(crlf, []byte("\r\n")) {
+			return total, errBadChunk
+		}
+		n, err = dst.writeAll(x.Idle, crlf)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// parseChunkSize reads the hex size of a chunk line ("1a;ext=v\r\n").
+// Strict: CRLF ending, at most 15 hex digits, nothing but an extension
+// after the size, so the shim and the upstream agree on every boundary.
+func parseChunkSize(line []byte) (int64, error) {
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, errBadChunk
+	}
+	line = line[:len(line)-2]
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	line = bytes.TrimRight(line, " \t")
+	if len(line) == 0 || len(line) > 15 {
+		return 0, errBadChunk
+	}
+	var n int64
+	for _, c := range line {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int64(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int64(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int64(c-'A'+10)
+		default:
+			return 0, errBadChunk
+		}
+	}
+	return n, nil
+}
