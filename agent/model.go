@@ -1,0 +1,371 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// PlacementKind says how a request's replica was chosen.
+type PlacementKind uint8
+
+const (
+	// KindNew: first request of a session, least-loaded replica, now pinned.
+	KindNew PlacementKind = iota
+	// KindSticky: a known session on its pinned replica.
+	KindSticky
+	// KindSpilled: a known session whose replica had reached the spill
+	// threshold, sent to the least-loaded replica; the session stays pinned.
+	KindSpilled
+	// KindClientPinned: the client named a valid replica in
+	// X-data-parallel-rank or X-Warden-Replica.
+	KindClientPinned
+	// KindUnaffined: no session id; least-loaded replica, nothing pinned.
+	KindUnaffined
+	// KindBalanced: chosen by a policy other than sticky (affinity off,
+	// vllm-lb, shortest-queue, round-robin, random, hash).
+	KindBalanced
+	// KindRepinned: a known session whose replica became unhealthy, placed
+	// again on the least-loaded replica and pinned there.
+	KindRepinned
+
+	numKinds
+)
+
+var kindNames = [numKinds]string{"new", "sticky", "spilled", "client_pinned", "unaffined", "balanced", "repinned"}
+
+// String is the name used in metrics labels and JSON.
+func (k PlacementKind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Request is what the shim (or the virtual bench) knows when it asks for a
+// replica.
+type Request struct {
+	// SessionID is the raw id from the first session header present; it is
+	// hashed inside Place and never stored. "" when there is none.
+	SessionID string
+	// PinnedHeader is the value of X-data-parallel-rank or X-Warden-Replica
+	// when the client sent one, else "".
+	PinnedHeader string
+	// PromptBytes is the request body's Content-Length (0 if unknown).
+	PromptBytes int64
+	Now         time.Time
+}
+
+// Placement is the answer: where to send the request. Hand it back to Retry
+// or Done unchanged.
+type Placement struct {
+	// Replica is the chosen replica index, or -1 when vLLM's own balancer
+	// decides (affinity off in the one-endpoint shape).
+	Replica int
+	// Addr is the host:port to dial.
+	Addr string
+	// RankHeader is -1 (write no rank header; strip the client's) or N
+	// (write X-data-parallel-rank: N, replacing any the client sent).
+	RankHeader  int
+	Kind        PlacementKind
+	SessionHash uint64 // 0 without a session id
+	retried     bool
+}
+
+// ReplicaMetrics is what the poller (or the virtual bench) read from one
+// replica. Counters are cumulative as the replica exports them.
+type ReplicaMetrics struct {
+	Healthy          bool
+	Running, Waiting float64
+	KVUsage          float64 // 0-1
+	PrefixQueries    float64
+	PrefixHits       float64
+	PromptTokens     float64
+	GenerationTokens float64
+	TTFTSum          float64
+	TTFTCount        float64
+	// KVCapacityTokens is num_gpu_blocks*block_size from
+	// vllm:cache_config_info (0 if the replica does not export it).
+	KVCapacityTokens float64
+}
+
+// ModelOptions are the run-time settings that are not in ModelConfig.
+type ModelOptions struct {
+	// Hasher hashes session ids; the zero value means a random key. The
+	// Warden passes one hasher to all models (from the config's hash_key).
+	Hasher *SessionHasher
+	// Sink mirrors the session table (nil: none).
+	Sink SessionSink
+	// Seed seeds the random policy (deterministic A/B runs).
+	Seed uint64
+	// HitRateWindow is the window of the prefix hit rate (0: default).
+	HitRateWindow time.Duration
+}
+
+// replica is the model's view of one replica (or rank).
+type replica struct {
+	url     string
+	addr    string
+	healthy bool
+
+	inFlight     int
+	requests     [numKinds]uint64
+	retriedAway  uint64 // connect failures that moved a request elsewhere
+	pollFailures uint64
+
+	metrics    ReplicaMetrics
+	observed   bool
+	observedAt time.Time
+	// saturatedRunning is the running count last seen while requests were
+	// waiting: what the replica can batch (spill_threshold auto).
+	saturatedRunning float64
+	hitRate          hitRateWindow
+}
+
+// Model is the placement state of one served model: replicas, their load
+// and health, the session table and the counters. It starts no goroutines
+// and reads no clock: every time comes in as an argument, so the virtual
+// bench drives it on simulated time. It is safe for concurrent use.
+type Model struct {
+	mu sync.Mutex
+
+	cfg         ModelConfig
+	hasher      SessionHasher
+	oneEndpoint bool
+	endpoint    string // host:port of the one endpoint (shape 2)
+	reps        []replica
+	affinity    bool
+	policy      Policy
+	sessions    *sessionTable
+
+	inFlight    int
+	unaffined   uint64
+	invalidPins uint64
+	noHealthy   uint64
+	retryFailed uint64
+	vllmDecided uint64 // affinity off, one endpoint: no replica of ours chosen
+	stayed      uint64 // known session, same replica as its pin
+	moved       uint64 // known session, another replica
+
+	// mean prompt size in tokens (EWMA of PromptBytes/4), for auto spill.
+	meanPromptTokens float64
+
+	start    int // rotating start index for ties in least-loaded
+	rr       int
+	rng      *rand.Rand
+	ring     []ringPoint
+	dp       *sim.DPBalancer
+	lbWait   []int
+	lbRun    []int
+	eligible func(int) bool
+}
+
+// NewModel builds the placement state of one model from its (validated)
+// configuration. It starts nothing.
+func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
+	if err := mc.validate("model " + mc.Name); err != nil {
+		return nil, err
+	}
+	m := &Model{
+		cfg:         mc,
+		oneEndpoint: mc.OneEndpoint(),
+		affinity:    mc.Affinity,
+		policy:      mc.Policy,
+		rng:         rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+	}
+	if opts.Hasher != nil {
+		m.hasher = *opts.Hasher
+	} else {
+		m.hasher = NewSessionHasher(nil)
+	}
+	window := opts.HitRateWindow
+	if window <= 0 {
+		window = DefaultHitRateWindow
+	}
+	n := mc.ReplicaCount()
+	m.reps = make([]replica, n)
+	if m.oneEndpoint {
+		m.endpoint = hostPort(mc.Endpoint)
+		for i := range m.reps {
+			m.reps[i].url = fmt.Sprintf("%s#rank=%d", mc.Endpoint, i)
+			m.reps[i].addr = m.endpoint
+		}
+	} else {
+		for i, u := range mc.Replicas {
+			m.reps[i].url = u
+			m.reps[i].addr = hostPort(u)
+		}
+	}
+	for i := range m.reps {
+		m.reps[i].healthy = true // until the poller says otherwise
+		m.reps[i].hitRate.window = window
+	}
+	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
+	mode, err := sim.ParseLBStats(mc.VLLMLBStats)
+	if err != nil {
+		return nil, err
+	}
+	m.dp = sim.NewDPBalancer(n, mode)
+	m.lbWait, m.lbRun = make([]int, n), make([]int, n)
+	m.eligible = func(i int) bool { return m.reps[i].healthy }
+	m.ring = buildRing(m.reps)
+	return m, nil
+}
+
+func hostPort(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	return p.Host
+}
+
+// Name is the model's name (admin API path, metric label).
+func (m *Model) Name() string { return m.cfg.Name }
+
+// Frontend is the address clients connect to.
+func (m *Model) Frontend() string { return m.cfg.Frontend }
+
+// SessionHeaders are the headers that carry a session id, in order.
+func (m *Model) SessionHeaders() []string { return m.cfg.SessionHeaders }
+
+// OneEndpoint reports the one-endpoint deployment shape (rank header).
+func (m *Model) OneEndpoint() bool { return m.oneEndpoint }
+
+// Replicas is the number of replicas (or ranks).
+func (m *Model) Replicas() int { return len(m.reps) }
+
+// ReplicaURL is replica i's URL (shape 2: the endpoint with #rank=i).
+func (m *Model) ReplicaURL(i int) string { return m.reps[i].url }
+
+// Config returns a copy of the model's configuration.
+func (m *Model) Config() ModelConfig { return m.cfg }
+
+// HashSession is the keyed hash Place uses for a session id (0 for "").
+func (m *Model) HashSession(id string) uint64 {
+	if id == "" {
+		return 0
+	}
+	return m.hasher.Hash(id)
+}
+
+// SetAffinity switches affinity at run time. Off hands the choice to vLLM:
+// no rank header in the one-endpoint shape, policy vllm-lb otherwise.
+func (m *Model) SetAffinity(on bool) {
+	m.mu.Lock()
+	m.affinity = on
+	m.mu.Unlock()
+}
+
+// Affinity reports whether affinity is on.
+func (m *Model) Affinity() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.affinity
+}
+
+// SetPolicy changes the policy used while affinity is on.
+func (m *Model) SetPolicy(p Policy) error {
+	p, err := parsePolicy(p)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.policy = p
+	m.mu.Unlock()
+	return nil
+}
+
+// Done ends a request (response end, or either side closed): in-flight -1.
+// Call it exactly once per successful Place (after Retry, with the Retry
+// result).
+func (m *Model) Done(p Placement, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inFlight > 0 {
+		m.inFlight--
+	}
+	if p.Replica >= 0 && p.Replica < len(m.reps) && m.reps[p.Replica].inFlight > 0 {
+		m.reps[p.Replica].inFlight--
+	}
+	if p.SessionHash != 0 {
+		m.sessions.touch(p.SessionHash, now.UnixNano())
+	}
+}
+
+// SetHealthy marks a replica healthy or not (the poller's verdict). An
+// unhealthy replica gets no new placements; its sessions are placed again
+// on their next request.
+func (m *Model) SetHealthy(i int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i >= 0 && i < len(m.reps) {
+		m.reps[i].healthy = ok
+	}
+}
+
+// PollFailed counts a failed scrape of replica i (for metrics).
+func (m *Model) PollFailed(i int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i >= 0 && i < len(m.reps) {
+		m.reps[i].pollFailures++
+	}
+}
+
+// ObserveReplica feeds replica i's metrics. s.Healthy false marks it
+// unhealthy and keeps the previous numbers.
+func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < 0 || i >= len(m.reps) {
+		return
+	}
+	r := &m.reps[i]
+	r.healthy = s.Healthy
+	if !s.Healthy {
+		return
+	}
+	r.metrics = s
+	r.observed = true
+	r.observedAt = now
+	if s.Waiting > 0 && s.Running > 0 {
+		r.saturatedRunning = s.Running
+	}
+	r.hitRate.add(now, s.PrefixQueries, s.PrefixHits)
+	m.lbWait[i], m.lbRun[i] = int(s.Waiting), int(s.Running)
+	m.dp.Observe(now, m.lbWait, m.lbRun)
+}
+
+// ExpireIdle sweeps up to budget sessions (all when budget <= 0) and
+// removes those idle for longer than the TTL. The Warden calls it on each
+// poll tick so that idle sessions go even without traffic.
+func (m *Model) ExpireIdle(now time.Time, budget int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if budget <= 0 {
+		budget = m.sessions.len()
+	}
+	return m.sessions.sweep(now.UnixNano(), budget)
+}
+
+// Sessions lists live sessions (hashes only), at most limit (0: all).
+func (m *Model) Sessions(now time.Time, limit int) []SessionInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.sessions.snapshot(m.cfg.Name, now.UnixNano(), limit)
+	sort.Slice(out, func(a, b int) bool { return out[a].LastSeen.After(out[b].LastSeen) })
+	return out
+}
+
+// LiveSessions is the number of sessions in the table.
+func (m *Model) LiveSessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions.len()
+}

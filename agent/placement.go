@@ -1,0 +1,444 @@
+package agent
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file is THE placement rule (DESIGN.md, "Placement") and the peer
+// policies it is measured against. Everything else in the package feeds it
+// numbers or reports what it did.
+
+// Policy names a placement policy, selectable per model (config `policy`).
+type Policy string
+
+const (
+	// PolicySticky: least-loaded placement of new sessions, pinning, spill at
+	// the threshold, client-pinned header honoured. The rule below.
+	PolicySticky Policy = "sticky"
+	// PolicyVLLMLB: vLLM's own data-parallel balancer as it really behaves
+	// (sim.DPBalancer: waiting*4+running from coordinator stats, local bumps,
+	// rotating start). Also what affinity off means in the per-replica shape.
+	PolicyVLLMLB Policy = "vllm-lb"
+	// PolicyShortestQueue: waiting*4+running from the warden's exact, fresh
+	// in-flight counts; an idealised peer.
+	PolicyShortestQueue Policy = "shortest-queue"
+	// PolicyRoundRobin: what a plain Kubernetes Service or L4 balancer does.
+	PolicyRoundRobin Policy = "round-robin"
+	// PolicyRandom: uniformly random healthy replica.
+	PolicyRandom Policy = "random"
+	// PolicyHash: consistent hash of the session id over the healthy
+	// replicas (what nginx/HAProxy/Envoy users run today).
+	PolicyHash Policy = "hash"
+)
+
+// Policies lists every policy name.
+func Policies() []Policy {
+	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash}
+}
+
+func parsePolicy(p Policy) (Policy, error) {
+	for _, q := range Policies() {
+		if p == q {
+			return p, nil
+		}
+	}
+	names := make([]string, 0, 6)
+	for _, q := range Policies() {
+		names = append(names, string(q))
+	}
+	return "", fmt.Errorf("%q: want one of %s", string(p), strings.Join(names, ", "))
+}
+
+// Weights of load(r). The unit is "one request being served".
+//
+//	load(r) = max(inflight, running+waiting)   requests on the replica
+//	        + loadPerWaiting * waiting          a waiting request costs 4 in all, as in vLLM's waiting*4+running
+//	        + loadPerKVFull  * kv_usage         a full KV cache is worth this many requests: new work there waits or preempts
+//	        + loadPerPinned  * pinned_sessions  each live conversation pinned here will come back with a long prompt
+//
+// inflight is the warden's exact count (fresh); running and waiting are the
+// replica's own gauges from the last poll (up to one poll interval old, and
+// they include traffic that does not pass through the warden). Taking the
+// max of the two counts instead of their sum avoids counting the warden's own
+// requests twice while still seeing other clients' traffic.
+const (
+	loadPerWaiting = 3.0
+	loadPerKVFull  = 4.0
+	loadPerPinned  = 0.25
+)
+
+// load is load(r) above; call with m.mu held.
+func (m *Model) load(i int) float64 {
+	r := &m.reps[i]
+	reqs := math.Max(float64(r.inFlight), r.metrics.Running+r.metrics.Waiting)
+	return reqs + loadPerWaiting*r.metrics.Waiting + loadPerKVFull*r.metrics.KVUsage +
+		loadPerPinned*float64(m.sessions.pinned[i])
+}
+
+// leastLoaded returns the healthy replica with the lowest load, other than
+// exclude (-1: none), or -1. Ties go to the first one scanned from a start
+// index that rotates each call, so idle replicas fill evenly.
+func (m *Model) leastLoaded(exclude int) int {
+	n := len(m.reps)
+	best, bestLoad := -1, 0.0
+	for k := range n {
+		i := (m.start + k) % n
+		if i == exclude || !m.reps[i].healthy {
+			continue
+		}
+		if l := m.load(i); best < 0 || l < bestLoad {
+			best, bestLoad = i, l
+		}
+	}
+	m.start = (m.start + 1) % n
+	return best
+}
+
+// spillThreshold is the in-flight count at which a pinned session's request
+// spills (call with m.mu held). A number in the config is used as is. With
+// `auto` it is derived from what replica i can batch, in this order:
+//  1. the running count last observed while requests were also waiting
+//     (the replica was saturated: that is how many it could batch then);
+//  2. else KV capacity (vllm:cache_config_info num_gpu_blocks*block_size)
+//     divided by the mean prompt size seen so far (PromptBytes/4 tokens);
+//  3. else DefaultSpillThreshold.
+func (m *Model) spillThreshold(i int) int {
+	if !m.cfg.SpillThreshold.Auto {
+		return m.cfg.SpillThreshold.N
+	}
+	r := &m.reps[i]
+	switch {
+	case r.saturatedRunning >= 1:
+		return int(r.saturatedRunning)
+	case r.metrics.KVCapacityTokens > 0 && m.meanPromptTokens >= 1:
+		return max(1, min(maxAutoSpill, int(r.metrics.KVCapacityTokens/m.meanPromptTokens)))
+	}
+	return DefaultSpillThreshold
+}
+
+// maxAutoSpill caps the auto threshold at vLLM's default max_num_seqs.
+const maxAutoSpill = 256
+
+// bytesPerToken converts a prompt's Content-Length into tokens (JSON bodies
+// of English text and code run at about 4 bytes a token).
+const bytesPerToken = 4
+
+// Place chooses a replica for one request and counts it in flight. The rule:
+//   - a client-pinned header naming a valid, healthy replica wins (counted
+//     client_pinned); an invalid one is ignored, counted, and routing goes on;
+//   - affinity off in the one-endpoint shape: no rank header, vLLM decides;
+//   - affinity off in the per-replica shape: policy vllm-lb;
+//   - policy sticky: no session id -> least loaded, not pinned (unaffined);
+//     new session -> least loaded, pinned; known session -> its pinned
+//     replica, unless that one has >= spill threshold requests in flight
+//     (then least loaded among the others, counted spilled in there, the
+//     session stays pinned) or is unhealthy (then placed again and repinned);
+//   - other policies choose by their own rule; the session follows (its pin
+//     records where its latest turn went, which is where its cache is).
+func (m *Model) Place(r Request) (Placement, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := r.Now.UnixNano()
+	m.sessions.sweep(now, sweepPerPlace)
+	if r.PromptBytes > 0 {
+		tokens := float64(r.PromptBytes) / bytesPerToken
+		if m.meanPromptTokens == 0 {
+			m.meanPromptTokens = tokens
+		} else {
+			m.meanPromptTokens += (tokens - m.meanPromptTokens) / 16
+		}
+	}
+	var h uint64
+	pos := -1
+	if r.SessionID != "" {
+		h = m.hasher.Hash(r.SessionID)
+		pos = m.sessions.lookup(h, now)
+	}
+
+	if r.PinnedHeader != "" {
+		if i, ok := m.parsePin(r.PinnedHeader); ok {
+			if pos >= 0 {
+				m.countStay(pos, i)
+			} else if h != 0 {
+				pos = m.sessions.insert(h, i, now)
+			}
+			return m.commit(i, KindClientPinned, h, pos, now), nil
+		}
+		m.invalidPins++
+	}
+
+	healthy := false
+	for i := range m.reps {
+		healthy = healthy || m.reps[i].healthy
+	}
+	if !healthy {
+		m.noHealthy++
+		return Placement{Replica: -1, RankHeader: -1}, ErrNoHealthyReplica
+	}
+
+	policy := m.policy
+	if !m.affinity {
+		if m.oneEndpoint {
+			m.inFlight++
+			m.vllmDecided++
+			return Placement{Replica: -1, Addr: m.endpoint, RankHeader: -1, Kind: KindBalanced, SessionHash: h}, nil
+		}
+		policy = PolicyVLLMLB
+	}
+
+	if policy != PolicySticky {
+		i := m.pickByPolicy(policy, h, r)
+		if h != 0 {
+			if pos < 0 {
+				pos = m.sessions.insert(h, i, now)
+			} else {
+				m.countStay(pos, i)
+				m.sessions.repin(pos, i)
+			}
+		}
+		return m.commit(i, KindBalanced, h, pos, now), nil
+	}
+
+	switch {
+	case h == 0:
+		m.unaffined++
+		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now), nil
+	case pos < 0:
+		i := m.leastLoaded(-1)
+		pos = m.sessions.insert(h, i, now)
+		return m.commit(i, KindNew, h, pos, now), nil
+	}
+	pinned := int(m.sessions.entries[pos].replica)
+	if !m.reps[pinned].healthy {
+		i := m.leastLoaded(-1)
+		m.moved++
+		m.sessions.repin(pos, i)
+		return m.commit(i, KindRepinned, h, pos, now), nil
+	}
+	if m.reps[pinned].inFlight >= m.spillThreshold(pinned) {
+		if i := m.leastLoaded(pinned); i >= 0 {
+			m.moved++
+			return m.commit(i, KindSpilled, h, pos, now), nil
+		}
+	}
+	m.stayed++
+	return m.commit(pinned, KindSticky, h, pos, now), nil
+}
+
+// countStay updates the sticky share for a known session going to replica i
+// (for rules that do not count it themselves).
+func (m *Model) countStay(pos, i int) {
+	if int(m.sessions.entries[pos].replica) == i {
+		m.stayed++
+	} else {
+		m.moved++
+	}
+}
+
+// commit counts the request on replica i, marks the session at table
+// position pos (-1: none) active, and builds the Placement.
+func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
+	if pos >= 0 {
+		e := &m.sessions.entries[pos]
+		e.lastSeen = now
+		e.turns++
+	}
+	r := &m.reps[i]
+	r.inFlight++
+	r.requests[kind]++
+	m.inFlight++
+	p := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: kind, SessionHash: h}
+	if m.oneEndpoint {
+		p.RankHeader = i
+	}
+	return p
+}
+
+// parsePin reads a client-pinned header: a replica index (the rank, in
+// X-data-parallel-rank), or a replica's URL or host:port (X-Warden-Replica).
+// A replica that does not exist or is unhealthy is not valid.
+func (m *Model) parsePin(v string) (int, bool) {
+	v = strings.TrimSpace(v)
+	i, err := strconv.Atoi(v)
+	if err != nil {
+		i = -1
+		for j := range m.reps {
+			if !m.oneEndpoint && (v == m.reps[j].url || v == m.reps[j].addr) {
+				i = j
+				break
+			}
+		}
+	}
+	if i < 0 || i >= len(m.reps) || !m.reps[i].healthy {
+		return -1, false
+	}
+	return i, true
+}
+
+// pickByPolicy applies a non-sticky policy; some healthy replica exists.
+func (m *Model) pickByPolicy(p Policy, h uint64, r Request) int {
+	switch p {
+	case PolicyVLLMLB:
+		if i := m.dp.Pick(r.Now, m.eligible); i >= 0 {
+			return i
+		}
+	case PolicyShortestQueue:
+		return m.shortestQueue()
+	case PolicyRandom:
+		k := m.rng.IntN(m.healthyCount())
+		for i := range m.reps {
+			if m.reps[i].healthy {
+				if k == 0 {
+					return i
+				}
+				k--
+			}
+		}
+	case PolicyHash:
+		if h != 0 {
+			return m.ringLookup(h)
+		}
+	}
+	return m.roundRobin()
+}
+
+func (m *Model) healthyCount() int {
+	n := 0
+	for i := range m.reps {
+		if m.reps[i].healthy {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Model) roundRobin() int {
+	n := len(m.reps)
+	for k := range n {
+		i := (m.rr + k) % n
+		if m.reps[i].healthy {
+			m.rr = (i + 1) % n
+			return i
+		}
+	}
+	return -1
+}
+
+// shortestQueue scores waiting*4+running with the warden's exact in-flight
+// count as the replica's total: waiting is what exceeds the batch size last
+// seen at saturation (the replica's own waiting gauge if larger), running
+// the rest. Ties rotate like vLLM's.
+func (m *Model) shortestQueue() int {
+	n := len(m.reps)
+	best, bestScore := -1, 0.0
+	for k := range n {
+		i := (m.start + k) % n
+		r := &m.reps[i]
+		if !r.healthy {
+			continue
+		}
+		total := math.Max(float64(r.inFlight), r.metrics.Running+r.metrics.Waiting)
+		waiting := r.metrics.Waiting
+		if r.saturatedRunning >= 1 {
+			waiting = math.Max(waiting, total-r.saturatedRunning)
+		}
+		score := 4*waiting + (total - waiting)
+		if best < 0 || score < bestScore {
+			best, bestScore = i, score
+		}
+	}
+	m.start = (m.start + 1) % n
+	return best
+}
+
+// The hash policy's ring: ringVirtualNodes points per replica, each the
+// keyed-hash-free (fixed key) SipHash of "url#v", so that adding or removing
+// one replica moves only its share of sessions. Unhealthy replicas are
+// skipped clockwise, so their sessions spread over the others.
+const ringVirtualNodes = 160
+
+type ringPoint struct {
+	at      uint64
+	replica int32
+}
+
+func buildRing(reps []replica) []ringPoint {
+	fixed := SessionHasher{}
+	ring := make([]ringPoint, 0, len(reps)*ringVirtualNodes)
+	var b []byte
+	for i := range reps {
+		for v := range ringVirtualNodes {
+			b = append(b[:0], reps[i].url...)
+			b = append(b, '#')
+			b = binary.AppendUvarint(b, uint64(v))
+			ring = append(ring, ringPoint{at: fixed.Hash(string(b)), replica: int32(i)})
+		}
+	}
+	sort.Slice(ring, func(a, c int) bool { return ring[a].at < ring[c].at })
+	return ring
+}
+
+func (m *Model) ringLookup(h uint64) int {
+	k := sort.Search(len(m.ring), func(j int) bool { return m.ring[j].at >= h })
+	for step := range len(m.ring) {
+		p := m.ring[(k+step)%len(m.ring)]
+		if m.reps[p.replica].healthy {
+			return int(p.replica)
+		}
+	}
+	return -1
+}
+
+// Retry is for a connect that failed before any byte went upstream: it
+// releases p's replica and places the request once more on the next-best
+// healthy replica (the session, if pinned there, moves with it). A second
+// Retry of the same request fails with ErrRetryExhausted; on any error p is
+// already released, so do not call Done.
+func (m *Model) Retry(p Placement, now time.Time) (Placement, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.Replica >= 0 && p.Replica < len(m.reps) {
+		r := &m.reps[p.Replica]
+		if r.inFlight > 0 {
+			r.inFlight--
+		}
+		r.retriedAway++
+	}
+	if p.retried {
+		if m.inFlight > 0 {
+			m.inFlight--
+		}
+		m.retryFailed++
+		return p, ErrRetryExhausted
+	}
+	if p.Replica < 0 { // vLLM decides: the same endpoint once more
+		p.retried = true
+		return p, nil
+	}
+	i := m.leastLoaded(p.Replica)
+	if i < 0 {
+		if m.inFlight > 0 {
+			m.inFlight--
+		}
+		m.retryFailed++
+		return p, ErrNoHealthyReplica
+	}
+	if p.SessionHash != 0 {
+		if pos, ok := m.sessions.index[p.SessionHash]; ok && int(m.sessions.entries[pos].replica) == p.Replica {
+			m.sessions.repin(int(pos), i)
+		}
+	}
+	r := &m.reps[i]
+	r.inFlight++
+	q := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: p.Kind, SessionHash: p.SessionHash, retried: true}
+	if m.oneEndpoint {
+		q.RankHeader = i
+	}
+	return q, nil
+}
