@@ -1,0 +1,521 @@
+// LM Warden dashboard: two views (models, stats) over the admin JSON API.
+// Plain JavaScript on purpose: no framework, no build step, nothing fetched
+// from anywhere but this warden. The DOM is built once per model and then
+// only its text is updated, so a refresh never steals focus or scroll.
+'use strict';
+
+(() => {
+  const REFRESH_MS = 2000;
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  // ---- number formatting: thousands separators, %, s and ms ----------------
+
+  const nf = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+  const nf1 = new Intl.NumberFormat('en-US', { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+
+  const fmt = {
+    int: (v) => (v == null || !isFinite(v) ? '–' : nf.format(Math.round(v))),
+    // share in 0..1 shown as a percentage with one decimal
+    pct: (v) => (v == null || !isFinite(v) ? '–' : nf1.format(v * 100) + '%'),
+    // tokens a second: one decimal below 10 so that a trickle is not "0"
+    rate: (v) => (v == null || !isFinite(v) ? '–' : v > 0 && v < 10 ? nf1.format(v) : nf.format(Math.round(v))),
+    // a duration in seconds: 850 ms, 12.3 s, 4 min 10 s, 2 h 05 min
+    dur: (s) => {
+      if (s == null || !isFinite(s)) return '–';
+      if (s < 1) return nf.format(Math.round(s * 1000)) + ' ms';
+      if (s < 60) return (Number.isInteger(s) ? nf.format(s) : nf1.format(s)) + ' s';
+      if (s < 3600) return Math.floor(s / 60) + ' min ' + Math.floor(s % 60) + ' s';
+      const h = Math.floor(s / 3600);
+      return nf.format(h) + ' h ' + String(Math.floor((s % 3600) / 60)).padStart(2, '0') + ' min';
+    },
+    // wall-clock time in the browser's zone: 2026-11-30 17:05:10
+    clock: (d, seconds = true) => {
+      const p = (n) => String(n).padStart(2, '0');
+      const t = p(d.getHours()) + ':' + p(d.getMinutes());
+      return seconds ? t + ':' + p(d.getSeconds()) : t;
+    },
+    date: (d) => d.getFullYear() + '-' + String(d.getMonth() + 1).padStart(2, '0') + '-' + String(d.getDate()).padStart(2, '0'),
+    zone: () => {
+      const off = -new Date().getTimezoneOffset();
+      const sign = off >= 0 ? '+' : '−';
+      const a = Math.abs(off);
+      return 'UTC' + sign + Math.floor(a / 60) + (a % 60 ? ':' + String(a % 60).padStart(2, '0') : '');
+    },
+  };
+
+  // ---- API adapters: the one place that knows the JSON field names ---------
+
+  const num = (...vs) => {
+    for (const v of vs) if (typeof v === 'number' && isFinite(v)) return v;
+    return null;
+  };
+
+  function readModels(body) {
+    const list = Array.isArray(body) ? body : body.models || [];
+    const started = body.started_at || body.started || body.start_time || null;
+    return {
+      startedAt: started ? new Date(started) : null,
+      models: list.map((m) => {
+        return {
+          name: m.name,
+          affinity: m.affinity === true,
+          spillThreshold: num(m.spill_threshold),
+          spillAuto: m.spill_threshold_auto === true,
+          sticky: num(m.sticky_share),
+          inFlight: num(m.in_flight),
+          replicas: (m.replicas || []).map((r, i) => ({
+            index: num(r.index) ?? i,
+            addr: r.url || r.addr || '',
+            inFlight: num(r.in_flight),
+            sticky: num(r.sticky),
+            spilledIn: num(r.spilled_in),
+            clientPinned: num(r.client_pinned),
+            running: num(r.running),
+            waiting: num(r.waiting),
+            kvUsed: num(r.kv_used),
+            hitRate: r.prefix_hit_rate_known === false ? null : num(r.prefix_hit_rate),
+            healthy: r.healthy === true,
+          })),
+        };
+      }),
+    };
+  }
+
+  async function getJSON(url) {
+    const res = await fetch(url, { cache: 'no-store', headers: { Accept: 'application/json' } });
+    if (!res.ok) throw new Error(url + ': HTTP ' + res.status);
+    return res.json();
+  }
+
+  async function setAffinity(model, on) {
+    const res = await fetch('/api/v1/models/' + encodeURIComponent(model) + '/affinity', {
+      method: 'PUT',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ affinity: on }),
+    });
+    if (!res.ok) throw new Error('HTTP ' + res.status + ': ' + (await res.text()).trim());
+  }
+
+  // ---- tiny DOM helpers -----------------------------------------------------
+
+  function el(tag, attrs = {}, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const c of children) e.append(c);
+    return e;
+  }
+
+  function svg(tag, attrs = {}, ...children) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    for (const c of children) e.append(c);
+    return e;
+  }
+
+  function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  // A cell shows formatted text and keeps the API's raw value in data-value,
+  // so tests and scripts can read both.
+  function setCell(td, raw, text) {
+    setText(td, text);
+    td.dataset.value = raw == null ? '' : String(raw);
+  }
+
+  // ---- status line ------------------------------------------------------------
+
+  const status = {
+    node: null,
+    ok() {
+      this.node.classList.remove('stale');
+      setText(this.node, 'updated ' + fmt.clock(new Date()) + ' · every ' + fmt.dur(REFRESH_MS / 1000));
+    },
+    fail(err) {
+      this.node.classList.add('stale');
+      setText(this.node, 'not updating: ' + err.message + ' (retrying)');
+    },
+  };
+
+  // ---- models view ------------------------------------------------------------
+
+  const COLUMNS = [
+    // field, header, title (what the number means), formatter
+    ['healthy', 'Healthy', 'Answering /health and /metrics'],
+    ['in_flight', 'In flight', 'Requests the warden has sent there and not yet seen end', 'int'],
+    ['sticky', 'Sticky', 'Requests of a known session that stayed on its replica', 'int'],
+    ['spilled_in', 'Spilled in', 'Requests of sessions pinned elsewhere, moved here because their replica was at the spill threshold', 'int'],
+    ['client_pinned', 'Client-pinned', 'Requests whose client named the replica (X-data-parallel-rank or X-Warden-Replica)', 'int'],
+    ['running', 'Running', 'vLLM: vllm:num_requests_running', 'int'],
+    ['waiting', 'Waiting', 'vLLM: vllm:num_requests_waiting', 'int'],
+    ['kv_used', 'KV used', 'vLLM: vllm:kv_cache_usage_perc', 'pct'],
+    ['prefix_hit_rate', 'Prefix hit rate', 'vLLM: delta of prefix-cache hits over delta of queries, recent window', 'pct'],
+  ];
+  const FIELD_VALUE = {
+    in_flight: (r) => r.inFlight, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
+    client_pinned: (r) => r.clientPinned, running: (r) => r.running, waiting: (r) => r.waiting,
+    kv_used: (r) => r.kvUsed, prefix_hit_rate: (r) => r.hitRate,
+  };
+
+  const modelCards = new Map(); // name -> {root, pills, sw, tbody, rows}
+
+  function buildModelCard(name) {
+    const pill = (key) => el('span', { class: 'pill', 'data-pill': key });
+    const pills = { affinity: pill('affinity'), spill: pill('spill_threshold'), sticky: pill('sticky'), inFlight: pill('in_flight') };
+    const sw = el('button', { class: 'switch', type: 'button', role: 'switch', 'aria-checked': 'false', 'data-affinity-switch': name, title: 'Turn session affinity on or off for this model' },
+      el('span', { class: 'track' }, el('span', { class: 'knob' })), el('span', { class: 'label', text: 'Affinity' }));
+    sw.addEventListener('click', () => toggleAffinity(name, sw));
+
+    const head = el('tr', {}, el('th', { scope: 'col', text: 'Replica' }));
+    for (const [field, label, title] of COLUMNS) head.append(el('th', { scope: 'col', title, 'data-col': field, text: label }));
+    const tbody = el('tbody');
+    const root = el('article', { class: 'card', 'data-model': name },
+      el('div', { class: 'card-head' },
+        el('h2', { text: name }),
+        el('div', { class: 'pills' }, pills.affinity, pills.spill, pills.sticky, pills.inFlight),
+        sw),
+      el('div', { class: 'table-wrap' }, el('table', { 'data-replica-table': name }, el('thead', {}, head), tbody)),
+      el('p', { class: 'note', text: 'In flight, sticky, spilled in and client-pinned are the warden\'s own counts (requests since the warden started); ' +
+        'running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window).' }));
+    return { root, pills, sw, tbody, rows: [] };
+  }
+
+  function buildRow() {
+    const tr = el('tr', {});
+    const cells = { replica: el('td', { 'data-field': 'replica' }) };
+    tr.append(cells.replica);
+    for (const [field] of COLUMNS) {
+      cells[field] = el('td', { 'data-field': field });
+      tr.append(cells[field]);
+    }
+    return { tr, cells };
+  }
+
+  function renderModelCard(card, m) {
+    setText(card.pills.affinity, 'Affinity ' + (m.affinity ? 'on' : 'off'));
+    card.pills.affinity.classList.toggle('off', !m.affinity);
+    card.pills.affinity.dataset.value = String(m.affinity);
+    setText(card.pills.spill, 'Spill threshold ' + fmt.int(m.spillThreshold) + (m.spillAuto ? ' (auto)' : ''));
+    card.pills.spill.dataset.value = m.spillThreshold == null ? '' : String(m.spillThreshold);
+    setText(card.pills.sticky, 'Sticky ' + fmt.pct(m.sticky));
+    card.pills.sticky.dataset.value = m.sticky == null ? '' : String(m.sticky);
+    setText(card.pills.inFlight, 'In flight ' + fmt.int(m.inFlight));
+    card.pills.inFlight.dataset.value = m.inFlight == null ? '' : String(m.inFlight);
+    if (!card.sw.disabled) card.sw.setAttribute('aria-checked', String(m.affinity));
+
+    while (card.rows.length < m.replicas.length) {
+      const row = buildRow();
+      card.rows.push(row);
+      card.tbody.append(row.tr);
+    }
+    while (card.rows.length > m.replicas.length) card.rows.pop().tr.remove();
+
+    m.replicas.forEach((r, i) => {
+      const { tr, cells } = card.rows[i];
+      tr.dataset.replicaRow = String(r.index);
+      tr.classList.toggle('unhealthy', !r.healthy);
+      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr) {
+        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }));
+        cells.replica.dataset.value = String(r.index);
+        cells.replica.title = r.addr;
+      }
+      for (const [field, , , kind] of COLUMNS) {
+        if (field === 'healthy') {
+          setCell(cells.healthy, r.healthy, r.healthy ? '✓ yes' : '✗ no');
+          cells.healthy.className = r.healthy ? 'ok' : 'down';
+          continue;
+        }
+        const v = FIELD_VALUE[field](r);
+        setCell(cells[field], v, fmt[kind](v));
+      }
+    });
+  }
+
+  async function toggleAffinity(name, sw) {
+    const on = sw.getAttribute('aria-checked') !== 'true';
+    const question = on
+      ? `Turn affinity ON for "${name}"?\n\nSessions will be kept on the replica holding their prefix cache.`
+      : `Turn affinity OFF for "${name}"?\n\nRequests will be spread the way vLLM's own balancer does it (lowest waiting×4 + running), ignoring where each session's cache lives.`;
+    if (!window.confirm(question)) return;
+    sw.disabled = true;
+    try {
+      await setAffinity(name, on);
+      sw.setAttribute('aria-checked', String(on));
+    } catch (err) {
+      window.alert('Could not change affinity for "' + name + '": ' + err.message);
+    } finally {
+      sw.disabled = false;
+    }
+    refreshNow();
+  }
+
+  async function refreshModels() {
+    const data = readModels(await getJSON('/api/v1/models'));
+    const since = document.getElementById('since');
+    if (data.startedAt && !isNaN(data.startedAt)) {
+      const up = (Date.now() - data.startedAt.getTime()) / 1000;
+      setText(since, 'Counters since ' + fmt.date(data.startedAt) + ' ' + fmt.clock(data.startedAt) + ' ' + fmt.zone() +
+        ' (warden start, ' + fmt.dur(Math.max(0, up)) + ' ago).');
+      since.dataset.since = data.startedAt.toISOString();
+    } else {
+      setText(since, 'Counters since the warden started.');
+    }
+
+    const container = document.getElementById('models');
+    for (const e of container.querySelectorAll('.empty')) e.remove();
+    const seen = new Set();
+    for (const m of data.models) {
+      seen.add(m.name);
+      let card = modelCards.get(m.name);
+      if (!card) {
+        card = buildModelCard(m.name);
+        modelCards.set(m.name, card);
+      }
+      container.append(card.root); // keeps API order; a no-op move when already in place
+      renderModelCard(card, m);
+    }
+    for (const [name, card] of modelCards) {
+      if (!seen.has(name)) {
+        card.root.remove();
+        modelCards.delete(name);
+      }
+    }
+    if (data.models.length === 0) container.replaceChildren(el('p', { class: 'empty', text: 'No models configured.' }));
+  }
+
+  // ---- stats view -------------------------------------------------------------
+
+  const statsCards = new Map(); // name -> {root, select, summary, prompt, completion, note}
+  let chartSeq = 0;
+
+  function buildStatsCard(name) {
+    const select = el('select', { 'data-series-select': name, 'aria-label': 'Series' }, el('option', { value: 'pooled', text: 'All replicas' }));
+    select.addEventListener('change', refreshNow);
+    const legendSwatch = (fill, hatch) => {
+      const s = svg('svg', { width: '16', height: '12', viewBox: '0 0 16 12', 'aria-hidden': 'true' });
+      if (hatch) {
+        s.append(svg('rect', { width: '16', height: '12', fill }));
+        for (let x = -12; x < 16; x += 5) s.append(svg('line', { x1: x, y1: 12, x2: x + 12, y2: 0, stroke: '#fff', 'stroke-width': '1.6' }));
+      } else s.append(svg('rect', { width: '16', height: '12', fill }));
+      return s;
+    };
+    const root = el('article', { class: 'card', 'data-stats-model': name },
+      el('div', { class: 'card-head' }, el('h2', { text: name }),
+        el('label', { class: 'stats-controls' }, 'Series', select)),
+      el('p', { class: 'summary', 'data-summary': name }),
+      el('div', { class: 'chart-title', text: 'Prompt tokens per second' }),
+      el('div', { class: 'legend' },
+        el('span', {}, legendSwatch('#0072b2', true), 'Cached (prefix-cache hits, hatched)'),
+        el('span', {}, legendSwatch('#e69f00', false), 'Computed (prefilled)')),
+      el('div', { class: 'chart', 'data-chart': 'prompt' }),
+      el('div', { class: 'chart-title', text: 'Completion tokens per second' }),
+      el('div', { class: 'chart', 'data-chart': 'completion' }),
+      el('p', { class: 'note' }));
+    return {
+      root, select,
+      summary: root.querySelector('[data-summary]'),
+      prompt: root.querySelector('[data-chart="prompt"]'),
+      completion: root.querySelector('[data-chart="completion"]'),
+      note: root.querySelector('.note'),
+    };
+  }
+
+  // niceCeil rounds up to 1, 2, 2.5 or 5 times a power of ten.
+  function niceCeil(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  // Label spacing on the time axis: the smallest round interval that gives
+  // at most 7 labels over the window.
+  function timeTick(spanSec) {
+    for (const s of [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600]) if (spanSec / s <= 7) return s;
+    return 3600;
+  }
+
+  // drawBars renders stacked bars as inline SVG. series: [{key, value(p), fill}],
+  // bottom first. Only slots with traffic get a bar group (data-bar).
+  function drawBars(holder, points, stepSec, series, unit) {
+    const W = 960, H = 200, L = 64, R = 10, T = 10, B = 24;
+    const pw = W - L - R, ph = H - T - B;
+    const id = 'c' + (++chartSeq);
+    const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': series.map((s) => s.label).join(' and ') + ', ' + unit });
+    const defs = svg('defs');
+    for (const s of series) {
+      if (!s.hatch) continue;
+      const pat = svg('pattern', { id: id + s.key, patternUnits: 'userSpaceOnUse', width: '6', height: '6', patternTransform: 'rotate(45)' },
+        svg('rect', { width: '6', height: '6', fill: s.fill }),
+        svg('line', { x1: '0', y1: '0', x2: '0', y2: '6', stroke: '#ffffff', 'stroke-width': '2.2' }));
+      defs.append(pat);
+    }
+    root.append(defs);
+
+    const totals = points.map((p) => series.reduce((a, s) => a + s.value(p), 0));
+    const max = niceCeil(Math.max(0, ...totals));
+    const y = (v) => T + ph - (v / max) * ph;
+
+    // horizontal grid and value labels
+    for (let i = 0; i <= 4; i++) {
+      const v = (max * i) / 4;
+      root.append(svg('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+      const t = svg('text', { class: 'axis', x: L - 6, y: y(v) + 4, 'text-anchor': 'end' });
+      t.textContent = fmt.rate(v);
+      root.append(t);
+    }
+
+    const n = points.length;
+    const bw = n ? pw / n : pw;
+    const gap = bw >= 4 ? 1 : 0;
+    if (n) {
+      const t0 = new Date(points[0].t).getTime() / 1000;
+      const span = n * stepSec;
+      const every = timeTick(span);
+      const first = Math.ceil(t0 / every) * every;
+      for (let ts = first; ts <= t0 + span; ts += every) {
+        const x = L + ((ts - t0) / span) * pw;
+        root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
+        const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': 'middle' });
+        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
+        root.append(t);
+      }
+    }
+
+    let bars = 0;
+    points.forEach((p, i) => {
+      if (!(totals[i] > 0)) return;
+      bars++;
+      const x = L + i * bw;
+      const g = svg('g', { 'data-bar': '', 'data-t': p.t });
+      let base = 0;
+      const tip = [fmt.clock(new Date(p.t)) + ' +' + fmt.dur(stepSec)];
+      for (const s of series) {
+        const v = s.value(p);
+        g.setAttribute('data-' + s.key, String(v));
+        tip.push(s.label + ': ' + fmt.rate(v) + ' ' + unit);
+        if (v > 0) {
+          g.append(svg('rect', {
+            'data-series': s.key, x: x + gap / 2, width: Math.max(bw - gap, 0.8),
+            y: y(base + v), height: Math.max(y(base) - y(base + v), 0.5),
+            fill: s.hatch ? `url(#${id + s.key})` : s.fill,
+          }));
+        }
+        base += v;
+      }
+      if (p.hit_rate != null) tip.push('prefix hit rate: ' + fmt.pct(p.hit_rate));
+      g.append(svg('title', {}, tip.join('\n')));
+      root.append(g);
+    });
+    root.append(svg('line', { class: 'baseline', x1: L, x2: W - R, y1: T + ph, y2: T + ph }));
+    if (!bars) {
+      const t = svg('text', { class: 'nodata', x: L + pw / 2, y: T + ph / 2, 'text-anchor': 'middle' });
+      t.textContent = 'no traffic in this window';
+      root.append(t);
+    }
+    holder.replaceChildren(root);
+    holder.dataset.bars = String(bars);
+  }
+
+  function renderStatsCard(card, m, resp) {
+    // keep the series selector in step with the replica count
+    const want = m.replicas.length + 1;
+    while (card.select.options.length < want) {
+      const i = card.select.options.length - 1;
+      card.select.append(el('option', { value: String(i), text: 'Replica ' + i }));
+    }
+    while (card.select.options.length > want) card.select.lastChild.remove();
+    const sel = card.select.value;
+    const s = sel === 'pooled' ? m.pooled : (m.replicas[Number(sel)] || m.pooled);
+
+    const windowText = resp.window_seconds >= 3600 ? 'the last hour' : 'the last ' + fmt.dur(resp.window_seconds);
+    const sum = s.summary;
+    const prompt = sum.prompt_cached_tokens + sum.prompt_computed_tokens;
+    card.summary.replaceChildren(
+      'Cache hit over ' + windowText + ': ',
+      el('strong', { 'data-hit-rate': sum.hit_rate == null ? '' : String(sum.hit_rate), text: fmt.pct(sum.hit_rate) }),
+      sum.hit_rate == null ? ' (no prefix-cache lookups yet)' :
+        ` · ${fmt.int(sum.prompt_cached_tokens)} cached and ${fmt.int(sum.prompt_computed_tokens)} computed of ${fmt.int(prompt)} prompt tokens · ${fmt.int(sum.completion_tokens)} completion tokens`);
+
+    drawBars(card.prompt, s.points, resp.step_seconds, [
+      { key: 'cached', label: 'cached', fill: '#0072b2', hatch: true, value: (p) => p.prompt_cached_tps },
+      { key: 'computed', label: 'computed', fill: '#e69f00', value: (p) => p.prompt_computed_tps },
+    ], 'tok/s');
+    drawBars(card.completion, s.points, resp.step_seconds, [
+      { key: 'completion', label: 'completion', fill: '#009e73', value: (p) => p.completion_tps },
+    ], 'tok/s');
+    setText(card.note, 'One bar per ' + fmt.dur(resp.step_seconds) + ' from the replicas\' own counters: cached = delta of prefix-cache hits, ' +
+      'computed = delta of prompt tokens minus hits. The bar in progress appears when its ' + fmt.dur(resp.step_seconds) + ' are complete.');
+  }
+
+  async function refreshStats() {
+    const resp = await getJSON('/api/v1/stats?window=1h');
+    const container = document.getElementById('stats');
+    for (const e of container.querySelectorAll('.empty')) e.remove();
+    const seen = new Set();
+    for (const m of resp.models || []) {
+      seen.add(m.name);
+      let card = statsCards.get(m.name);
+      if (!card) {
+        card = buildStatsCard(m.name);
+        statsCards.set(m.name, card);
+      }
+      container.append(card.root);
+      renderStatsCard(card, m, resp);
+    }
+    for (const [name, card] of statsCards) {
+      if (!seen.has(name)) {
+        card.root.remove();
+        statsCards.delete(name);
+      }
+    }
+    if (!resp.models || resp.models.length === 0) {
+      container.replaceChildren(el('p', { class: 'empty', text: 'No token counters read yet: the series start with the first two polls of a replica.' }));
+    }
+  }
+
+  // ---- view switching and the refresh loop -------------------------------------
+
+  const views = { models: refreshModels, stats: refreshStats };
+  let timer = null;
+  let generation = 0;
+
+  function currentView() {
+    const v = location.hash.replace(/^#\/?/, '');
+    return views[v] ? v : 'models';
+  }
+
+  async function refreshNow() {
+    clearTimeout(timer);
+    const gen = ++generation;
+    const view = currentView();
+    try {
+      await views[view]();
+      if (gen === generation) status.ok();
+    } catch (err) {
+      if (gen === generation) status.fail(err);
+    }
+    if (gen === generation) timer = setTimeout(refreshNow, REFRESH_MS);
+  }
+
+  function showView() {
+    const view = currentView();
+    for (const sec of document.querySelectorAll('[data-view]')) sec.hidden = sec.dataset.view !== view;
+    for (const a of document.querySelectorAll('[data-view-link]')) {
+      if (a.dataset.viewLink === view) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
+    document.title = 'LM Warden · ' + (view === 'stats' ? 'Stats' : 'Models');
+    refreshNow();
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    status.node = document.getElementById('status');
+    window.addEventListener('hashchange', showView);
+    showView();
+  });
+})();
