@@ -28,6 +28,7 @@ const (
 	PauseMax         = 80 * time.Millisecond
 	sessionSeedSalt  = 0x5e55_10f0_0000_0001
 	systemPromptSalt = 0x5157_e000_0000_0002
+	sessionTextSalt  = 0x7e47_0000_0000_0003
 )
 
 // Workload is the seeded generator of sessions. Session i depends only on
@@ -55,21 +56,30 @@ type Session struct {
 	MaxTokens int
 }
 
-// Session returns session i of the workload.
-func (w *Workload) Session(i int) *Session {
-	r := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
-	s := &Session{Index: i, ID: uuid(r), MaxTokens: MaxOutputTokens}
-	first := FirstUserMin + r.IntN(FirstUserMax-FirstUserMin+1)
+// Session returns session i of the workload (text variant 0).
+func (w *Workload) Session(i int) *Session { return w.SessionVariant(i, 0) }
+
+// SessionVariant returns session i with its text drawn for a variant. The
+// shape (message sizes, pauses, order) depends only on the seed and i; the
+// text and id also on the variant. Each arm and step of a run on shared
+// replicas uses its own variant, so the second arm meets the same sessions
+// but cannot hit the first arm's cache of the very same conversations, a
+// head start the first arm never had. The system prompt is the same for all.
+func (w *Workload) SessionVariant(i int, variant uint64) *Session {
+	shape := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
+	txt := rand.New(rand.NewPCG(w.Seed^sessionTextSalt^(variant*0x9e3779b97f4a7c15), uint64(i)))
+	s := &Session{Index: i, ID: uuid(txt), MaxTokens: MaxOutputTokens}
+	first := FirstUserMin + shape.IntN(FirstUserMax-FirstUserMin+1)
 	// The session id leads the first message, so no two sessions share a
 	// prefix beyond the system prompt even if the random text collided.
 	head := padToToken("Task " + s.ID + ":")
-	s.Users = append(s.Users, head+text(r, first-len(head)/sim.BytesPerToken))
+	s.Users = append(s.Users, head+text(txt, first-len(head)/sim.BytesPerToken))
 	for k := 1; k < TurnsPerSession; k++ {
-		n := FollowUpTokens - FollowUpJitter + r.IntN(2*FollowUpJitter+1)
-		s.Users = append(s.Users, text(r, n))
+		n := FollowUpTokens - FollowUpJitter + shape.IntN(2*FollowUpJitter+1)
+		s.Users = append(s.Users, text(txt, n))
 	}
 	for k := 0; k < TurnsPerSession; k++ {
-		s.Pauses = append(s.Pauses, PauseMin+time.Duration(r.Int64N(int64(PauseMax-PauseMin))))
+		s.Pauses = append(s.Pauses, PauseMin+time.Duration(shape.Int64N(int64(PauseMax-PauseMin))))
 	}
 	return s
 }

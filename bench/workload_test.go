@@ -119,3 +119,21 @@ func TestIdealHitRateCountsEachTokenOncePerSession(t *testing.T) {
 		t.Fatalf("workload ideal = %.3f, want about 0.85", got)
 	}
 }
+
+func TestVariantsShareShapeButNotText(t *testing.T) {
+	w := NewWorkload(11)
+	for i := range 20 {
+		a, b := w.SessionVariant(i, 0), w.SessionVariant(i, 1)
+		if a.ID == b.ID || a.Users[0] == b.Users[0] {
+			t.Fatalf("session %d: variants share their text", i)
+		}
+		if !reflect.DeepEqual(a.Pauses, b.Pauses) {
+			t.Fatalf("session %d: variants differ in pauses", i)
+		}
+		for k := range a.Users {
+			if len(a.Users[k]) != len(b.Users[k]) {
+				t.Fatalf("session %d turn %d: variants differ in size", i, k)
+			}
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// Arm is one side of an A/B: a name for the table and what the warden runs.
+type Arm struct {
+	Name     string
+	Affinity bool
+	Policy   agent.Policy // used while Affinity is on
+}
+
+// The two arms of the reference A/B.
+const (
+	ArmOff = "off" // affinity off: vLLM's own balancer decides
+	ArmOn  = "on"  // affinity on: policy sticky
+)
+
+// ParseArms reads a comma-separated list: "off", "on", or policy names
+// (sticky, vllm-lb, shortest-queue, round-robin, random, hash, ...).
+func ParseArms(list string) ([]Arm, error) {
+	var arms []Arm
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: %q twice", ErrBadArm, name)
+		}
+		seen[name] = true
+		a, err := parseArm(name)
+		if err != nil {
+			return nil, err
+		}
+		arms = append(arms, a)
+	}
+	if len(arms) == 0 {
+		return nil, fmt.Errorf("%w: no arms in %q", ErrBadArm, list)
+	}
+	return arms, nil
+}
+
+func parseArm(name string) (Arm, error) {
+	switch name {
+	case ArmOff:
+		return Arm{Name: name, Affinity: false, Policy: agent.PolicySticky}, nil
+	case ArmOn:
+		return Arm{Name: name, Affinity: true, Policy: agent.PolicySticky}, nil
+	}
+	for _, p := range agent.Policies() {
+		if string(p) == name {
+			return Arm{Name: name, Affinity: true, Policy: p}, nil
+		}
+	}
+	known := []string{ArmOff, ArmOn}
+	for _, p := range agent.Policies() {
+		known = append(known, string(p))
+	}
+	return Arm{}, fmt.Errorf("%w: %q (want one of %s)", ErrBadArm, name, strings.Join(known, ", "))
+}
+
+// describe says what an arm runs, for the report.
+func (a Arm) describe(lb sim.LBStats, oneEndpoint bool) string {
+	switch {
+	case !a.Affinity && oneEndpoint:
+		return fmt.Sprintf("affinity off: vLLM's balancer in the replica (lb-stats %s)", lb)
+	case !a.Affinity:
+		return fmt.Sprintf("affinity off: vllm-lb emulation, lb-stats %s", lb)
+	case a.Policy == agent.PolicyVLLMLB:
+		return fmt.Sprintf("policy vllm-lb, lb-stats %s", lb)
+	default:
+		return "policy " + string(a.Policy)
+	}
+}

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// recorder collects one step-arm window's observations, from either runner,
+// and turns them into a Result. Not safe for concurrent use; the real runner
+// guards it with a mutex.
+type recorder struct {
+	replicas int
+
+	requests, errors, timeouts, cut, completed int
+	outputTokens, promptTokens, cachedTokens   int
+
+	ttft       []float64
+	perSession map[string][]float64
+	turns      []TurnTokens
+
+	// placement, when the runner knows the replica of each request
+	placedOn    []float64
+	lastReplica map[string]int
+	stayed      int
+	moved       int
+	knowsPlace  bool
+	// load from the replicas' own request counters, when placement is not known
+	requestCounters []*Counter
+
+	busy           []float64 // per poll: replicas with running requests
+	hits, queries  []*Counter
+	errorKinds     map[string]int
+	firstErrorText string
+}
+
+func newRecorder(replicas int) *recorder {
+	r := &recorder{
+		replicas:    replicas,
+		perSession:  map[string][]float64{},
+		placedOn:    make([]float64, replicas),
+		lastReplica: map[string]int{},
+		errorKinds:  map[string]int{},
+	}
+	for range replicas {
+		r.hits = append(r.hits, &Counter{})
+		r.queries = append(r.queries, &Counter{})
+		r.requestCounters = append(r.requestCounters, &Counter{})
+	}
+	return r
+}
+
+// placed records that a session's request went to a replica.
+func (r *recorder) placed(session string, replica int) {
+	if replica < 0 || replica >= r.replicas {
+		return
+	}
+	r.knowsPlace = true
+	r.placedOn[replica]++
+	if last, ok := r.lastReplica[session]; ok {
+		if last == replica {
+			r.stayed++
+		} else {
+			r.moved++
+		}
+	}
+	r.lastReplica[session] = replica
+}
+
+// answered records a request answered within the window.
+func (r *recorder) answered(session string, ttftSec float64, prompt, cached, output int, reused int) {
+	r.requests++
+	r.outputTokens += output
+	r.promptTokens += prompt
+	r.cachedTokens += cached
+	if !math.IsNaN(ttftSec) {
+		r.ttft = append(r.ttft, ttftSec)
+		r.perSession[session] = append(r.perSession[session], ttftSec)
+	}
+	if prompt > 0 {
+		r.turns = append(r.turns, TurnTokens{Prompt: prompt, Reused: reused})
+	}
+}
+
+// failed records a failed request; kind names the failure for the notes.
+func (r *recorder) failed(kind string, timeout bool, err error) {
+	if timeout {
+		r.timeouts++
+	} else {
+		r.errors++
+	}
+	r.errorKinds[kind]++
+	if r.firstErrorText == "" && err != nil {
+		r.firstErrorText = err.Error()
+	}
+}
+
+// poll records one sample of every replica's counters and running count.
+// A replica that could not be read is passed as nil and skipped.
+func (r *recorder) poll(samples []*replicaSample) {
+	busy := 0
+	for i, s := range samples {
+		if s == nil || i >= r.replicas {
+			continue
+		}
+		if s.Running > 0 {
+			busy++
+		}
+		r.hits[i].Observe(s.PrefixHits)
+		r.queries[i].Observe(s.PrefixQueries)
+		r.requestCounters[i].Observe(s.RequestsDone)
+	}
+	r.busy = append(r.busy, float64(busy))
+}
+
+// replicaSample is what both runners read from a replica.
+type replicaSample struct {
+	Running, Waiting          float64
+	PrefixQueries, PrefixHits float64
+	RequestsDone              float64
+}
+
+// result computes the Result of the window.
+func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens int) Result {
+	res := Result{
+		Sessions: sessions, Arm: arm, Seconds: Num(seconds),
+		Requests: r.requests, Errors: r.errors, Timeouts: r.timeouts, Cut: r.cut, Completed: r.completed,
+		TTFTP50:        Num(Percentile(r.ttft, 50)),
+		TTFTP95:        Num(Percentile(r.ttft, 95)),
+		SessionTTFTP50: Num(SessionPercentile(r.perSession, 50)),
+		SessionTTFTP95: Num(SessionPercentile(r.perSession, 95)),
+		ReplicasBusy:   Num(Mean(r.busy)),
+		HitRate:        Num(HitRate(r.hits, r.queries)),
+		IdealHitRate:   Num(math.NaN()),
+		Stayed:         Num(math.NaN()),
+	}
+	if seconds > 0 {
+		res.SessionsPerHour = Num(float64(r.completed) / seconds * 3600)
+		res.OutputTokensPerMin = Num(float64(r.outputTokens) / seconds * 60)
+	}
+	res.ClientCachedShare = Num(math.NaN())
+	if r.promptTokens > 0 {
+		res.ClientCachedShare = Num(float64(r.cachedTokens) / float64(r.promptTokens))
+		res.IdealHitRate = Num(IdealHitRate(r.turns, sysTokens, r.replicas))
+	}
+	for _, c := range r.hits {
+		res.CounterResets += c.Resets()
+	}
+	for _, c := range r.queries {
+		res.CounterResets += c.Resets()
+	}
+	load := r.placedOn
+	if !r.knowsPlace {
+		load = make([]float64, r.replicas)
+		for i, c := range r.requestCounters {
+			load[i] = c.Increase()
+		}
+	}
+	res.Load = Shares(load)
+	res.Imbalance = Num(Imbalance(load))
+	if r.stayed+r.moved > 0 {
+		res.Stayed = Num(float64(r.stayed) / float64(r.stayed+r.moved))
+	}
+	if res.Failed() {
+		note := fmt.Sprintf("FAILED: %d errors, %d timeouts of %d requests", r.errors, r.timeouts,
+			r.requests+r.errors+r.timeouts)
+		kinds := make([]string, 0, len(r.errorKinds))
+		for k := range r.errorKinds {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			note += fmt.Sprintf("; %s ×%d", k, r.errorKinds[k])
+		}
+		if r.firstErrorText != "" {
+			note += "; first: " + r.firstErrorText
+		}
+		res.Notes = append(res.Notes, note)
+	}
+	if res.CounterResets > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d replica counter resets (restarts) handled", res.CounterResets))
+	}
+	return res
+}

@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// VirtualConfig is a run on the virtual clock: the workload, agent.Model's
+// placement and sim's replica engines in one goroutine, no sockets.
+type VirtualConfig struct {
+	Profile  sim.Profile
+	Replicas int
+	Steps    []int         // concurrent sessions per step
+	Duration time.Duration // per step and arm, simulated
+	Arms     []Arm
+	// FreshReplicas runs every step and arm on new replicas (policy
+	// comparisons). Otherwise the whole run shares one set of replicas and
+	// one warden, arms back to back, as the reference A/B did.
+	FreshReplicas bool
+	LBStats       sim.LBStats
+	Seed          uint64
+	// PollInterval is how often replica stats feed Model.ObserveReplica and
+	// the busy count, as the warden's poller would (default 250 ms).
+	PollInterval time.Duration
+	Progress     *Progress
+}
+
+// DefaultPollInterval is the warden poller's period the virtual run mimics.
+const DefaultPollInterval = 250 * time.Millisecond
+
+// RunVirtual runs every step and arm and returns the report. Canceling ctx
+// stops between slices of simulated time.
+func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	wall := time.Now()
+	w := NewWorkload(cfg.Seed)
+	rep := &Report{
+		Mode: "virtual", Profile: cfg.Profile.Name, Replicas: cfg.Replicas, LBStats: cfg.LBStats.String(),
+		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps,
+		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(64)),
+		PercentileMethod: PercentileMethod, Started: wall.UTC(),
+	}
+	for _, a := range cfg.Arms {
+		rep.Arms = append(rep.Arms, a.Name)
+		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
+	}
+	var shared *virtualWorld
+	for si, step := range cfg.Steps {
+		for ai, arm := range cfg.Arms {
+			world := shared
+			if world == nil || cfg.FreshReplicas {
+				var err error
+				if world, err = newVirtualWorld(cfg); err != nil {
+					return nil, err
+				}
+				if !cfg.FreshReplicas {
+					shared = world
+				}
+			}
+			cfg.Progress.Begin(step, arm.Name)
+			res, err := world.runArm(ctx, w, textVariant(si, ai), step, arm)
+			if err != nil {
+				return nil, err
+			}
+			rep.Results = append(rep.Results, res)
+			cfg.Progress.End(summary(res))
+		}
+	}
+	cfg.Progress.Finish()
+	rep.WallSeconds = time.Since(wall).Seconds()
+	return rep, nil
+}
+
+// textVariant numbers the step-arm windows of a run (see SessionVariant).
+func textVariant(step, arm int) uint64 { return uint64(step)<<8 | uint64(arm) }
+
+// PercentileMethod is stated in every report.
+const PercentileMethod = "nearest-rank percentiles; per session = each session's median, then across sessions"
+
+func (cfg *VirtualConfig) check() error {
+	switch {
+	case cfg.Replicas < 1:
+		return fmt.Errorf("%w: replicas %d", ErrBadConfig, cfg.Replicas)
+	case len(cfg.Steps) == 0:
+		return fmt.Errorf("%w: no steps", ErrBadConfig)
+	case cfg.Duration <= 0:
+		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case len(cfg.Arms) == 0:
+		return fmt.Errorf("%w: no arms", ErrBadConfig)
+	case cfg.Profile.Name == "":
+		return fmt.Errorf("%w: no profile", ErrBadConfig)
+	}
+	for _, s := range cfg.Steps {
+		if s < 1 {
+			return fmt.Errorf("%w: step of %d sessions", ErrBadConfig, s)
+		}
+	}
+	return nil
+}
+
+func summary(r Result) string {
+	s := fmt.Sprintf("hit %s, TTFT p50 %s p95 %s, %d requests", fmtPct(r.HitRate), fmtSec(r.TTFTP50), fmtSec(r.TTFTP95), r.Requests)
+	if r.Failed() {
+		s += fmt.Sprintf(", %d FAILED", r.Errors+r.Timeouts)
+	}
+	return s
+}
+
+// virtualWorld is one set of simulated replicas and the warden's placement
+// state in front of them, with a poller on the virtual clock.
+type virtualWorld struct {
+	cfg    VirtualConfig
+	v      *sim.Virtual
+	model  *agent.Model
+	rec    *recorder // the window being measured, nil between windows
+	nextID uint64
+}
+
+func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
+	mc := agent.DefaultConfig().Models[0]
+	mc.Name = "bench"
+	mc.Frontend = "127.0.0.1:8000"
+	mc.Replicas = nil
+	for i := range cfg.Replicas {
+		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 8100+i))
+	}
+	mc.VLLMLBStats = cfg.LBStats.String()
+	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("bench: placement model: %w", err)
+	}
+	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model}
+	w.poll()
+	return w, nil
+}
+
+// poll feeds the model as the warden's poller would, samples the window's
+// counters, and schedules itself again.
+func (w *virtualWorld) poll() {
+	now := w.v.Now()
+	samples := make([]*replicaSample, w.v.Replicas())
+	for i := range samples {
+		s := w.v.Stats(i)
+		w.model.ObserveReplica(i, agent.ReplicaMetrics{
+			Healthy: true, Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
+			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
+			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
+			TTFTSum: s.TTFTSum, TTFTCount: float64(s.TTFTCount), KVCapacityTokens: float64(s.KVCapacityTokens),
+		}, now)
+		samples[i] = &replicaSample{Running: float64(s.Running), Waiting: float64(s.Waiting),
+			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
+			RequestsDone: float64(s.RequestsDone)}
+	}
+	if w.rec != nil {
+		w.rec.poll(samples)
+	}
+	w.v.At(now.Add(w.cfg.PollInterval), w.poll)
+}
+
+// flight is one request in flight.
+type flight struct {
+	replica int
+	place   agent.Placement
+}
+
+// runArm plays one window: sessions sessions in a closed loop for the
+// configured duration, then aborts whatever is still in flight.
+func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, sessions int, arm Arm) (Result, error) {
+	w.model.SetAffinity(arm.Affinity)
+	if err := w.model.SetPolicy(arm.Policy); err != nil {
+		return Result{}, err
+	}
+	start := w.v.Now()
+	end := start.Add(w.cfg.Duration)
+	rec := newRecorder(w.cfg.Replicas)
+	w.rec = rec
+	w.poll() // a sample at the window's start: counters' baseline
+	sys := wl.SystemSectionTokens()
+
+	open := true
+	inFlight := map[uint64]flight{}
+	nextSession := 0
+	var startSession func(at time.Time)
+	var sendTurn func(c *Conversation, prev []uint32, reused int)
+
+	startSession = func(at time.Time) {
+		c := NewConversation(wl.SessionVariant(nextSession, variant))
+		nextSession++
+		w.v.At(at.Add(c.Session.Pauses[0]), func() { sendTurn(c, nil, sys) })
+	}
+	sendTurn = func(c *Conversation, prev []uint32, reused int) {
+		if !open {
+			return
+		}
+		msgs := c.Next()
+		prompt := nextPrompt(wl.System, prev, msgs)
+		sent := w.v.Now()
+		p, err := w.model.Place(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent})
+		if err != nil {
+			rec.failed("placement", false, err)
+			return // the session ends; a new one takes its slot below
+		}
+		rec.placed(c.Session.ID, p.Replica)
+		w.nextID++
+		id := w.nextID
+		ttft := nanSec
+		inFlight[id] = flight{replica: p.Replica, place: p}
+		w.v.Submit(p.Replica, &sim.Request{
+			ID: id, Prompt: prompt, MaxTokens: c.Session.MaxTokens,
+			OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
+			OnDone: func(at time.Time, r sim.Result) {
+				delete(inFlight, id)
+				w.model.Done(p, at)
+				if !open {
+					rec.cut++
+					return
+				}
+				if r.Err != nil {
+					rec.failed("replica: "+r.Err.Error(), false, r.Err)
+					startSession(at)
+					return
+				}
+				rec.answered(c.Session.ID, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
+				c.Reply(r.OutputText)
+				if c.Done() {
+					rec.completed++
+					startSession(at)
+					return
+				}
+				next := len(prompt) + r.OutputTokens
+				w.v.At(at.Add(c.Session.Pauses[c.Turn]), func() { sendTurn(c, prompt, next) })
+			},
+		})
+	}
+
+	for range sessions {
+		startSession(start)
+	}
+	const slice = 5 * time.Second
+	for t := start; t.Before(end); {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		t = minTime(t.Add(slice), end)
+		w.v.RunUntil(t)
+		w.cfg.Progress.Update(t.Sub(start).Seconds() / w.cfg.Duration.Seconds())
+	}
+	w.poll() // the window's closing sample
+	open = false
+	for id, f := range inFlight {
+		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
+	}
+	w.rec = nil
+	return rec.result(sessions, arm.Name, w.cfg.Duration.Seconds(), sys), nil
+}
+
+var nanSec = math.NaN()
+
+// nextPrompt renders a turn's prompt. After the first turn it extends the
+// previous prompt (which ends with the generation marker) by the reply and
+// the new user message instead of rendering 12k tokens again; the result is
+// identical to sim.RenderPrompt of the whole history (tested).
+func nextPrompt(system string, prev []uint32, msgs []sim.Message) []uint32 {
+	if prev == nil || len(msgs) < 3 {
+		return sim.RenderPrompt(system, msgs)
+	}
+	tail := sim.RenderPrompt("", msgs[len(msgs)-2:]) // marker, reply, end, user, end, marker
+	out := make([]uint32, 0, len(prev)-1+len(tail))
+	out = append(out, prev[:len(prev)-1]...)
+	return append(out, tail...)
+}
+
+// bodyBytes approximates the request body's Content-Length, what the shim
+// tells the placement about a prompt's size.
+func bodyBytes(system string, msgs []sim.Message) int64 {
+	n := len(system) + 128
+	for _, m := range msgs {
+		n += len(m.Content) + 32
+	}
+	return int64(n)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
