@@ -196,6 +196,21 @@ func (ts *TokenSeries) Observe(model string, i int, c TokenCounters, now time.Ti
 	ms.pooled.add(n, d)
 }
 
+// ObserveReplica is Observe fed with what the poller hands to
+// Model.ObserveReplica. A failed read (Healthy false) carries no counters and
+// is skipped.
+func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now time.Time) {
+	if !s.Healthy {
+		return
+	}
+	ts.Observe(model, i, TokenCounters{
+		PromptTokens:     s.PromptTokens,
+		PrefixQueries:    s.PrefixQueries,
+		PrefixHits:       s.PrefixHits,
+		GenerationTokens: s.GenerationTokens,
+	}, now)
+}
+
 // StatsResponse is the body of GET /api/v1/stats.
 type StatsResponse struct {
 	Now           time.Time    `json:"now"`
