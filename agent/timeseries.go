@@ -130,8 +130,9 @@ type modelSeries struct {
 // TokenSeries is the in-memory store of token rates. It is safe for
 // concurrent use: the poller writes, the admin API reads.
 type TokenSeries struct {
-	step  time.Duration
-	slots int
+	step    time.Duration
+	slots   int
+	started time.Time // when the store (and the warden's counters) began
 
 	mu     sync.Mutex
 	models []*modelSeries // in order of first observation
@@ -149,11 +150,30 @@ func NewTokenSeries(step time.Duration) *TokenSeries {
 	if slots < 1 {
 		slots = 1
 	}
-	return &TokenSeries{step: step, slots: slots, byName: map[string]*modelSeries{}}
+	return &TokenSeries{step: step, slots: slots, started: time.Now(), byName: map[string]*modelSeries{}}
 }
 
+// SetStep changes the resolution and forgets everything recorded so far.
+// It exists for tests and demos that want bars in seconds rather than
+// every 10 s; call it before the poller starts.
+func (ts *TokenSeries) SetStep(step time.Duration) {
+	fresh := NewTokenSeries(step)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.step, ts.slots = fresh.step, fresh.slots
+	ts.models, ts.byName = nil, fresh.byName
+}
+
+// Started is when the store was made: the warden builds it with its models,
+// so it is also since when the warden's own counters run.
+func (ts *TokenSeries) Started() time.Time { return ts.started }
+
 // Step is the resolution of the series.
-func (ts *TokenSeries) Step() time.Duration { return ts.step }
+func (ts *TokenSeries) Step() time.Duration {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.step
+}
 
 func (ts *TokenSeries) slotOf(t time.Time) int64 {
 	ns, step := t.UnixNano(), ts.step.Nanoseconds()
@@ -213,7 +233,10 @@ func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now
 
 // StatsResponse is the body of GET /api/v1/stats.
 type StatsResponse struct {
-	Now           time.Time    `json:"now"`
+	Now time.Time `json:"now"`
+	// StartedAt is when the series began (the warden's start): nothing
+	// before it was recorded.
+	StartedAt     time.Time    `json:"started_at"`
 	StepSeconds   float64      `json:"step_seconds"`
 	WindowSeconds float64      `json:"window_seconds"`
 	Models        []ModelStats `json:"models"`
@@ -264,15 +287,16 @@ type StatsPoint struct {
 // Snapshot returns the complete slots of the last window before now
 // (window capped at SeriesSpan, at least one step).
 func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsResponse {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
 	window = min(max(window, ts.step), SeriesSpan)
 	count := int64(window / ts.step)
 	last := ts.slotOf(now) - 1 // the newest complete slot
 	first := last - count + 1
 
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
 	resp := StatsResponse{
 		Now:           now,
+		StartedAt:     ts.started,
 		StepSeconds:   ts.step.Seconds(),
 		WindowSeconds: (time.Duration(count) * ts.step).Seconds(),
 		Models:        make([]ModelStats, 0, len(ts.models)),

@@ -144,3 +144,21 @@ func TestTokenSeriesSkipsFailedScrapes(t *testing.T) {
 		t.Fatalf("computed = %v, want 100 (the failed scrape skipped)", s.PromptComputedTokens)
 	}
 }
+
+func TestTokenSeriesSetStepChangesResolution(t *testing.T) {
+	ts := NewTokenSeries(0)
+	if ts.Step() != DefaultSeriesStep {
+		t.Fatalf("default step = %v, want %v", ts.Step(), DefaultSeriesStep)
+	}
+	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
+	ts.SetStep(time.Second)
+	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
+	ts.Observe("m", 0, TokenCounters{PromptTokens: 5}, seriesEpoch.Add(1500*time.Millisecond))
+	resp := ts.Snapshot(time.Minute, seriesEpoch.Add(2*time.Second))
+	if resp.StepSeconds != 1 || len(resp.Models[0].Pooled.Points) != 60 {
+		t.Fatalf("step %v s, %d points; want 1 s and 60", resp.StepSeconds, len(resp.Models[0].Pooled.Points))
+	}
+	if got := lastPoint(t, resp.Models[0].Pooled).PromptComputedPerSec; got != 5 {
+		t.Fatalf("computed = %v/s, want 5", got)
+	}
+}

@@ -253,8 +253,21 @@
     refreshNow();
   }
 
+  // The warden's start time: from the models response when it carries one,
+  // else once from the stats series, which the warden makes with its models.
+  let startedAt = null;
+  async function wardenStart(data) {
+    if (data.startedAt) return data.startedAt;
+    if (!startedAt) {
+      const s = await getJSON('/api/v1/stats?window=1s');
+      if (s.started_at) startedAt = new Date(s.started_at);
+    }
+    return startedAt;
+  }
+
   async function refreshModels() {
     const data = readModels(await getJSON('/api/v1/models'));
+    data.startedAt = await wardenStart(data);
     const since = document.getElementById('since');
     if (data.startedAt && !isNaN(data.startedAt)) {
       const up = (Date.now() - data.startedAt.getTime()) / 1000;
