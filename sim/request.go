@@ -11,9 +11,10 @@ type Request struct {
 	MaxTokens int      // output tokens to generate; < 1 counts as 1
 	Stop      []string // optional stop sequences: the output ends before the first match
 
-	OnFirstToken func(at time.Time)              // may be nil
-	OnToken      func(at time.Time, text string) // may be nil
-	OnDone       func(at time.Time, r Result)    // always called exactly once (may be nil)
+	OnScheduled  func(at time.Time, cachedTokens int) // first admission, with the prefix-cache hit; may be nil
+	OnFirstToken func(at time.Time)                   // may be nil
+	OnToken      func(at time.Time, text string)      // may be nil
+	OnDone       func(at time.Time, r Result)         // always called exactly once (may be nil)
 }
 
 // Result is what a finished (or failed) request reports.

@@ -122,7 +122,7 @@ func (e *engine) beginStep(now time.Time) (time.Time, bool) {
 	var load stepLoad
 	for try := 0; try < 2; try++ {
 		var preempted bool
-		load, preempted = e.schedule()
+		load, preempted = e.schedule(now)
 		if len(e.scheduled) > 0 || !preempted {
 			break
 		}
@@ -135,7 +135,7 @@ func (e *engine) beginStep(now time.Time) (time.Time, bool) {
 	return now.Add(e.p.cost(load)), true
 }
 
-func (e *engine) schedule() (stepLoad, bool) {
+func (e *engine) schedule(now time.Time) (stepLoad, bool) {
 	var load stepLoad
 	bs := e.p.BlockSize
 	budget := e.p.MaxNumBatchedTokens
@@ -192,6 +192,9 @@ func (e *engine) schedule() (stepLoad, bool) {
 		e.stats.PrefixHits += uint64(start)
 		if !s.admitted {
 			s.admitted, s.cached = true, start
+			if s.req.OnScheduled != nil {
+				s.req.OnScheduled(now, start)
+			}
 		}
 		e.waiting = e.waiting[1:]
 		s.running = true

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+func init() {
+	register("sim", "run simulated vLLM replicas (prefix cache, scheduler, vLLM metrics)", runSim)
+}
+
+func runSim(args []string) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	replicas := fs.Int("replicas", 4, "number of replicas (ports shape) or data-parallel ranks (ranks shape)")
+	listen := fs.String("listen", "127.0.0.1:8100", "address; in the ports shape replica i listens on port+i")
+	shape := fs.String("shape", sim.ShapePorts, "ports: one port per replica; ranks: one port, X-data-parallel-rank picks the rank")
+	profile := fs.String("profile", "a4000-qwen3-4b", "hardware+model profile: "+strings.Join(sim.ProfileNames(), ", "))
+	speed := fs.Float64("speed", 1, "modelled seconds per wall second (20: a 3-minute run takes 9 s)")
+	model := fs.String("model", "qwen3-4b", "served model name (model_name label, /v1/models)")
+	lbStats := fs.String("lb-stats", "fresh", "ranks shape, no rank header: balancer stats fresh (100 ms), stale (1 s late) or none (round robin)")
+	calibrate := fs.Bool("calibrate", false, "print the profile's calibration table (Markdown) and exit")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%v: %w", err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	p, err := sim.LookupProfile(*profile)
+	if err != nil {
+		return fmt.Errorf("--profile: %v: %w", err, errUsage)
+	}
+	if *calibrate {
+		fmt.Print(sim.CalibrationTable(p))
+		return nil
+	}
+	lb, err := sim.ParseLBStats(*lbStats)
+	if err != nil {
+		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	if *shape != sim.ShapePorts && *shape != sim.ShapeRanks {
+		return fmt.Errorf("--shape %q: want ports or ranks: %w", *shape, errUsage)
+	}
+	if *replicas < 1 || *speed <= 0 {
+		return fmt.Errorf("--replicas must be >= 1 and --speed > 0: %w", errUsage)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := sim.Serve(ctx, sim.ServerConfig{
+		Replicas: *replicas, Listen: *listen, Shape: *shape, Profile: p,
+		Speed: *speed, Model: *model, LBStats: lb,
+	})
+	if err != nil {
+		return err
+	}
+	urls := srv.URLs()
+	if *shape == sim.ShapeRanks {
+		for i := range *replicas {
+			fmt.Printf("rank %d: %s (X-data-parallel-rank: %d)\n", i, urls[0], i)
+		}
+	} else {
+		for i, u := range urls {
+			fmt.Printf("replica %d: %s\n", i, u)
+		}
+	}
+	<-ctx.Done()
+	return srv.Close()
+}

@@ -1,0 +1,223 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// apiKind says which API a request came through, for its response shapes.
+type apiKind int
+
+const (
+	apiAnthropic   apiKind = iota // POST /v1/messages
+	apiChat                       // POST /v1/chat/completions
+	apiCompletions                // POST /v1/completions
+)
+
+// DefaultMaxTokens is the output length when an OpenAI request names none
+// (vLLM would allow the whole remaining context; a simulator prefers a
+// length that keeps runs short).
+const DefaultMaxTokens = 256
+
+// parsedRequest is a decoded request body, whatever API it came through.
+type parsedRequest struct {
+	kind         apiKind
+	model        string
+	system       string    // Anthropic top-level system, flattened
+	msgs         []Message // chat messages, flattened
+	prompt       string    // completions prompt
+	maxTokens    int
+	stream       bool
+	includeUsage bool
+	stop         []string
+}
+
+// tokens renders the request's prompt.
+func (r *parsedRequest) tokens() []uint32 {
+	if r.kind == apiCompletions {
+		return Tokenize(r.prompt)
+	}
+	return RenderPrompt(r.system, r.msgs)
+}
+
+// errBadRequest marks a body the API rejects with 400.
+var errBadRequest = errors.New("invalid request")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
+}
+
+type rawMessage struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+// decodeAnthropic reads a Messages API body.
+func decodeAnthropic(body []byte) (*parsedRequest, error) {
+	var b struct {
+		Model         string          `json:"model"`
+		System        json.RawMessage `json:"system"`
+		Messages      *[]rawMessage   `json:"messages"`
+		MaxTokens     *int            `json:"max_tokens"`
+		Stream        bool            `json:"stream"`
+		StopSequences []string        `json:"stop_sequences"`
+	}
+	if err := strictUnmarshal(body, &b); err != nil {
+		return nil, err
+	}
+	if b.Messages == nil {
+		return nil, badRequest("messages: field required")
+	}
+	if b.MaxTokens == nil {
+		return nil, badRequest("max_tokens: field required")
+	}
+	if *b.MaxTokens < 1 {
+		return nil, badRequest("max_tokens: must be at least 1")
+	}
+	sys, err := FlattenContent(b.System)
+	if err != nil {
+		return nil, badRequest("system: %v", err)
+	}
+	msgs, err := flattenMessages(*b.Messages)
+	if err != nil {
+		return nil, err
+	}
+	return &parsedRequest{kind: apiAnthropic, model: b.Model, system: sys, msgs: msgs,
+		maxTokens: *b.MaxTokens, stream: b.Stream, stop: b.StopSequences}, nil
+}
+
+// decodeChat reads a Chat Completions body.
+func decodeChat(body []byte) (*parsedRequest, error) {
+	var b struct {
+		openAICommon
+		Messages *[]rawMessage `json:"messages"`
+	}
+	if err := strictUnmarshal(body, &b); err != nil {
+		return nil, err
+	}
+	if b.Messages == nil {
+		return nil, badRequest("messages: field required")
+	}
+	msgs, err := flattenMessages(*b.Messages)
+	if err != nil {
+		return nil, err
+	}
+	r := &parsedRequest{kind: apiChat, msgs: msgs}
+	if err := b.openAICommon.fill(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeCompletions reads a (legacy) Completions body: prompt is a string
+// or a list holding one string.
+func decodeCompletions(body []byte) (*parsedRequest, error) {
+	var b struct {
+		openAICommon
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if err := strictUnmarshal(body, &b); err != nil {
+		return nil, err
+	}
+	r := &parsedRequest{kind: apiCompletions}
+	raw := bytes.TrimSpace(b.Prompt)
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return nil, badRequest("prompt: field required")
+	case raw[0] == '"':
+		if err := json.Unmarshal(raw, &r.prompt); err != nil {
+			return nil, badRequest("prompt: %v", err)
+		}
+	default:
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil || len(list) != 1 {
+			return nil, badRequest("prompt: want a string or a list of one string")
+		}
+		r.prompt = list[0]
+	}
+	if err := b.openAICommon.fill(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+type openAICommon struct {
+	Model               string `json:"model"`
+	MaxTokens           *int   `json:"max_tokens"`
+	MaxCompletionTokens *int   `json:"max_completion_tokens"`
+	Stream              bool   `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Stop json.RawMessage `json:"stop"`
+}
+
+func (c *openAICommon) fill(r *parsedRequest) error {
+	r.model, r.stream = c.Model, c.Stream
+	r.includeUsage = c.StreamOptions != nil && c.StreamOptions.IncludeUsage
+	r.maxTokens = DefaultMaxTokens
+	for _, m := range []*int{c.MaxTokens, c.MaxCompletionTokens} {
+		if m != nil {
+			if *m < 1 {
+				return badRequest("max_tokens: must be at least 1")
+			}
+			r.maxTokens = *m
+		}
+	}
+	stop := bytes.TrimSpace(c.Stop)
+	switch {
+	case len(stop) == 0 || string(stop) == "null":
+	case stop[0] == '"':
+		var s string
+		if err := json.Unmarshal(stop, &s); err != nil {
+			return badRequest("stop: %v", err)
+		}
+		r.stop = []string{s}
+	default:
+		if err := json.Unmarshal(stop, &r.stop); err != nil {
+			return badRequest("stop: want a string or a list of strings")
+		}
+	}
+	return nil
+}
+
+// flattenMessages turns each message's content (and an assistant's
+// tool_calls) into text.
+func flattenMessages(raw []rawMessage) ([]Message, error) {
+	msgs := make([]Message, 0, len(raw))
+	for i, m := range raw {
+		if m.Role == "" {
+			return nil, badRequest("messages[%d].role: field required", i)
+		}
+		text, err := FlattenContent(m.Content)
+		if err != nil {
+			return nil, badRequest("messages[%d].content: %v", i, err)
+		}
+		if tc := bytes.TrimSpace(m.ToolCalls); len(tc) > 0 && string(tc) != "null" {
+			var c bytes.Buffer
+			if err := json.Compact(&c, tc); err != nil {
+				return nil, badRequest("messages[%d].tool_calls: %v", i, err)
+			}
+			if text != "" {
+				text += "\n"
+			}
+			text += c.String()
+		}
+		msgs = append(msgs, Message{Role: m.Role, Content: text})
+	}
+	return msgs, nil
+}
+
+// strictUnmarshal decodes one JSON object and reports errors as bad requests.
+func strictUnmarshal(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("empty body")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("invalid JSON: %v", err)
+	}
+	return nil
+}

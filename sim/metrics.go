@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// vLLM's metric names, types, label names and HELP strings
+// (vllm/v1/metrics/loggers.py). Counters carry the _total suffix that
+// prometheus_client adds on the wire.
+const (
+	metricRunning          = "vllm:num_requests_running"
+	metricWaiting          = "vllm:num_requests_waiting"
+	metricKVUsage          = "vllm:kv_cache_usage_perc"
+	metricPrefixQueries    = "vllm:prefix_cache_queries_total"
+	metricPrefixHits       = "vllm:prefix_cache_hits_total"
+	metricPromptTokens     = "vllm:prompt_tokens_total"
+	metricGenerationTokens = "vllm:generation_tokens_total"
+	metricPreemptions      = "vllm:num_preemptions_total"
+	metricTTFT             = "vllm:time_to_first_token_seconds"
+	metricCacheConfig      = "vllm:cache_config_info"
+)
+
+// ttftBuckets are vLLM's buckets for time to first token.
+var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+
+var engineLabels = []string{"model_name", "engine"}
+
+// replicaCollector exports the engines behind one listener: in the ports
+// shape one engine labelled engine="0" (an independent vllm serve), in the
+// ranks shape every rank labelled with its index.
+type replicaCollector struct {
+	p        *pacer
+	model    string
+	profile  Profile
+	replicas []int    // engine indexes exported
+	labels   []string // their engine label values
+
+	running, waiting, kvUsage                     *prometheus.Desc
+	queries, hits, prompt, generation, preemption *prometheus.Desc
+	cacheConfig                                   *prometheus.Desc
+}
+
+func newReplicaRegistry(p *pacer, model string, profile Profile, replicas []int, labels []string) *prometheus.Registry {
+	c := &replicaCollector{
+		p: p, model: model, profile: profile, replicas: replicas, labels: labels,
+		running:     prometheus.NewDesc(metricRunning, "Number of requests in model execution batches.", engineLabels, nil),
+		waiting:     prometheus.NewDesc(metricWaiting, "Number of requests waiting to be processed.", engineLabels, nil),
+		kvUsage:     prometheus.NewDesc(metricKVUsage, "KV-cache usage. 1 means 100 percent usage.", engineLabels, nil),
+		queries:     prometheus.NewDesc(metricPrefixQueries, "Prefix cache queries, in terms of number of queried tokens.", engineLabels, nil),
+		hits:        prometheus.NewDesc(metricPrefixHits, "Prefix cache hits, in terms of number of cached tokens.", engineLabels, nil),
+		prompt:      prometheus.NewDesc(metricPromptTokens, "Number of prefill tokens processed.", engineLabels, nil),
+		generation:  prometheus.NewDesc(metricGenerationTokens, "Number of generation tokens processed.", engineLabels, nil),
+		preemption:  prometheus.NewDesc(metricPreemptions, "Cumulative number of preemption from the engine.", engineLabels, nil),
+		cacheConfig: prometheus.NewDesc(metricCacheConfig, "Information of the LLMCache", cacheConfigLabels, nil),
+	}
+	ttft := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: metricTTFT, Help: "Histogram of time to first token in seconds.", Buckets: ttftBuckets,
+	}, engineLabels)
+	p.read(func(v *Virtual) {
+		for k, i := range replicas {
+			obs := ttft.WithLabelValues(model, labels[k])
+			v.engines[i].onTTFT = obs.Observe
+		}
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, ttft)
+	return reg
+}
+
+// cacheConfigLabels are the CacheConfig fields vLLM exports as labels; the
+// placement reads num_gpu_blocks and block_size for capacity.
+var cacheConfigLabels = []string{"block_size", "cache_dtype", "enable_prefix_caching",
+	"gpu_memory_utilization", "num_cpu_blocks", "num_gpu_blocks", "engine"}
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.queries, c.hits,
+		c.prompt, c.generation, c.preemption, c.cacheConfig} {
+		ch <- d
+	}
+}
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	stats := make([]Stats, len(c.replicas))
+	c.p.read(func(v *Virtual) {
+		for k, i := range c.replicas {
+			stats[k] = v.Stats(i)
+		}
+	})
+	for k, st := range stats {
+		l := []string{c.model, c.labels[k]}
+		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(st.Running), l...)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting), l...)
+		ch <- prometheus.MustNewConstMetric(c.kvUsage, prometheus.GaugeValue, st.KVUsage, l...)
+		ch <- prometheus.MustNewConstMetric(c.queries, prometheus.CounterValue, float64(st.PrefixQueries), l...)
+		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(st.PrefixHits), l...)
+		ch <- prometheus.MustNewConstMetric(c.prompt, prometheus.CounterValue, float64(st.PromptTokens), l...)
+		ch <- prometheus.MustNewConstMetric(c.generation, prometheus.CounterValue, float64(st.GenerationTokens), l...)
+		ch <- prometheus.MustNewConstMetric(c.preemption, prometheus.CounterValue, float64(st.Preemptions), l...)
+		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
+			strconv.Itoa(c.profile.BlockSize), "auto", "True", "0.9", "0",
+			strconv.Itoa(c.profile.NumBlocks()), c.labels[k])
+	}
+}
