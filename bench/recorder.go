@@ -25,8 +25,10 @@ type recorder struct {
 	stayed      int
 	moved       int
 	knowsPlace  bool
-	// load from the replicas' own request counters, when placement is not known
+	// load from the replicas' own counters, when placement is not known:
+	// finished requests, or generated tokens where those are not exported
 	requestCounters []*Counter
+	genCounters     []*Counter
 
 	busy           []float64 // per poll: replicas with running requests
 	hits, queries  []*Counter
@@ -46,6 +48,7 @@ func newRecorder(replicas int) *recorder {
 		r.hits = append(r.hits, &Counter{})
 		r.queries = append(r.queries, &Counter{})
 		r.requestCounters = append(r.requestCounters, &Counter{})
+		r.genCounters = append(r.genCounters, &Counter{})
 	}
 	return r
 }
@@ -109,6 +112,7 @@ func (r *recorder) poll(samples []*replicaSample) {
 		r.hits[i].Observe(s.PrefixHits)
 		r.queries[i].Observe(s.PrefixQueries)
 		r.requestCounters[i].Observe(s.RequestsDone)
+		r.genCounters[i].Observe(s.GenerationTokens)
 	}
 	r.busy = append(r.busy, float64(busy))
 }
@@ -118,6 +122,7 @@ type replicaSample struct {
 	Running, Waiting          float64
 	PrefixQueries, PrefixHits float64
 	RequestsDone              float64
+	GenerationTokens          float64
 }
 
 // result computes the Result of the window.
@@ -152,8 +157,15 @@ func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens i
 	load := r.placedOn
 	if !r.knowsPlace {
 		load = make([]float64, r.replicas)
+		var total float64
 		for i, c := range r.requestCounters {
 			load[i] = c.Increase()
+			total += load[i]
+		}
+		if total == 0 {
+			for i, c := range r.genCounters {
+				load[i] = c.Increase()
+			}
 		}
 	}
 	res.Load = Shares(load)

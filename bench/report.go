@@ -40,10 +40,10 @@ type Result struct {
 	Arm      string `json:"arm"`
 	Seconds  Num    `json:"seconds"` // measured window (simulated when the replicas are)
 
-	Requests  int `json:"requests"`            // answered within the window
-	Errors    int `json:"errors"`              // failed (connect, HTTP status, broken stream)
-	Timeouts  int `json:"timeouts"`            // no answer within the request timeout
-	Cut       int `json:"cut"`                 // still in flight when the window closed
+	Requests  int `json:"requests"`           // answered within the window
+	Errors    int `json:"errors"`             // failed (connect, HTTP status, broken stream)
+	Timeouts  int `json:"timeouts"`           // no answer within the request timeout
+	Cut       int `json:"cut"`                // still in flight when the window closed
 	Completed int `json:"sessions_completed"` // sessions that finished all turns
 
 	SessionsPerHour    Num `json:"sessions_per_hour"`

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+// adminClient talks to the warden's admin API: it lists a model's replicas
+// (for their /metrics) and switches affinity between arms.
+type adminClient struct {
+	base   string
+	client *http.Client
+}
+
+// models reads GET /api/v1/models.
+func (a adminClient) models(ctx context.Context) ([]agent.ModelStatus, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(a.base, "/")+"/api/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrArmSwitch, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: GET /api/v1/models: %s", ErrArmSwitch, resp.Status)
+	}
+	var list []agent.ModelStatus
+	if err := json.Unmarshal(b, &list); err == nil {
+		return list, nil
+	}
+	var wrapped struct {
+		Models []agent.ModelStatus `json:"models"`
+	}
+	if err := json.Unmarshal(b, &wrapped); err != nil {
+		return nil, fmt.Errorf("%w: GET /api/v1/models: %v", ErrArmSwitch, err)
+	}
+	return wrapped.Models, nil
+}
+
+// model returns the named model, or the only one when name is "".
+func (a adminClient) model(ctx context.Context, name string) (agent.ModelStatus, error) {
+	list, err := a.models(ctx)
+	if err != nil {
+		return agent.ModelStatus{}, err
+	}
+	for _, m := range list {
+		if m.Name == name || (name == "" && len(list) == 1) {
+			return m, nil
+		}
+	}
+	names := make([]string, len(list))
+	for i, m := range list {
+		names[i] = m.Name
+	}
+	return agent.ModelStatus{}, fmt.Errorf("%w: model %q not among %v (use --model-name)", ErrArmSwitch, name, names)
+}
+
+// setArm switches the model's affinity (and policy, for a policy arm)
+// through PUT /api/v1/models/{name}/affinity, then reads the model back to
+// check the switch took.
+func (a adminClient) setArm(ctx context.Context, model string, arm Arm) error {
+	body := map[string]any{"affinity": arm.Affinity}
+	if arm.Affinity {
+		body["policy"] = string(arm.Policy)
+	}
+	b, _ := json.Marshal(body)
+	u := strings.TrimRight(a.base, "/") + "/api/v1/models/" + url.PathEscape(model) + "/affinity"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrArmSwitch, err)
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%w: PUT %s: %s: %s", ErrArmSwitch, u, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	m, err := a.model(ctx, model)
+	if err != nil {
+		return err
+	}
+	if m.Affinity != arm.Affinity || (arm.Affinity && m.Policy != string(arm.Policy)) {
+		return fmt.Errorf("%w: asked affinity=%v policy=%s, the warden reports affinity=%v policy=%s",
+			ErrArmSwitch, arm.Affinity, arm.Policy, m.Affinity, m.Policy)
+	}
+	return nil
+}

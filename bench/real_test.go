@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// mustSim starts simulated replicas on 127.0.0.1 (free ports) for the test.
+func mustSim(tb testing.TB, replicas int, shape string, speed float64) *sim.Servers {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := sim.Serve(ctx, sim.ServerConfig{
+		Replicas: replicas, Listen: "127.0.0.1:0", Shape: shape, Profile: mustProfile(tb, "a4000-qwen3-4b"),
+		Speed: speed, Model: "qwen3-4b",
+	})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cancel(); s.Close() })
+	return s
+}
+
+// mustRefusingAddr returns a loopback address nothing listens on.
+func mustRefusingAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
+	for _, api := range []string{APIAnthropic, APIOpenAI} {
+		t.Run(api, func(t *testing.T) {
+			s := mustSim(t, 2, sim.ShapePorts, 100)
+			urls := s.URLs()
+			rep, err := RunReal(context.Background(), RealConfig{
+				Target: urls[0], API: api, ReplicaMetrics: urls, Steps: []int{2},
+				Duration: 30 * time.Second, Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := rep.Results[0]
+			t.Logf("%+v", x)
+			if x.Requests == 0 || x.Failed() {
+				t.Fatalf("requests %d, errors %d, timeouts %d: %v", x.Requests, x.Errors, x.Timeouts, x.Notes)
+			}
+			if rep.Replicas != 2 {
+				t.Fatalf("found %d replicas, want 2", rep.Replicas)
+			}
+			if !(x.TTFTP50 > 0) || !(x.HitRate >= 0) || !(x.OutputTokensPerMin > 0) {
+				t.Fatalf("missing numbers: %+v", x)
+			}
+			if x.Load[1] != 0 { // every request went to replica 0 directly
+				t.Fatalf("load %v, want everything on replica 0", x.Load)
+			}
+			dir := t.TempDir()
+			if err := rep.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{ReportJSON, ReportCSV, PlotTTFT, PlotHitRate, PlotThroughput} {
+				b, err := os.ReadFile(filepath.Join(dir, f))
+				if err != nil || len(b) == 0 {
+					t.Fatalf("%s: %v (%d bytes)", f, err, len(b))
+				}
+			}
+			back, err := ReadReport(filepath.Join(dir, ReportJSON))
+			if err != nil || back.Results[0].Requests != x.Requests {
+				t.Fatalf("report.json does not read back: %v", err)
+			}
+		})
+	}
+}
+
+func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
+	s := mustSim(t, 1, sim.ShapePorts, 100)
+	rep, err := RunReal(context.Background(), RealConfig{
+		Target: "http://" + mustRefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
+		ReplicaMetrics: s.URLs(), Steps: []int{2}, Duration: 20 * time.Second,
+		Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rep.Results[0]
+	if x.Errors == 0 || x.Requests != 0 || !x.Failed() {
+		t.Fatalf("errors %d, requests %d: refused connections were not counted", x.Errors, x.Requests)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "FAILED") || !strings.Contains(b.String(), "connect") {
+		t.Fatalf("the table does not say the step failed:\n%s", b.String())
+	}
+}
+
+func TestRealRunRejectsMissingSetup(t *testing.T) {
+	_, err := RunReal(context.Background(), RealConfig{
+		Target: "http://127.0.0.1:1", API: APIAnthropic, ReplicaMetrics: []string{"http://127.0.0.1:1"},
+		Steps: []int{1}, Duration: time.Second, Arms: mustArms(t, "off,on"),
+	})
+	if err == nil || !strings.Contains(err.Error(), "--admin") {
+		t.Fatalf("two arms without --admin: %v", err)
+	}
+}
