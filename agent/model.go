@@ -354,12 +354,16 @@ func (m *Model) ExpireIdle(now time.Time, budget int) int {
 	return m.sessions.sweep(now.UnixNano(), budget)
 }
 
-// Sessions lists live sessions (hashes only), at most limit (0: all).
+// Sessions lists live sessions (hashes only), newest first, at most limit
+// (0: all).
 func (m *Model) Sessions(now time.Time, limit int) []SessionInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := m.sessions.snapshot(m.cfg.Name, now.UnixNano(), limit)
+	out := m.sessions.snapshot(m.cfg.Name, now.UnixNano(), 0)
 	sort.Slice(out, func(a, b int) bool { return out[a].LastSeen.After(out[b].LastSeen) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
 	return out
 }
 

@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The admin API (loopback by default). JSON shapes are ModelsResponse,
+// SessionsResponse and AffinityRequest; the CLI decodes the same types.
+//
+//	GET /api/v1/models                    every model and its replicas
+//	GET /api/v1/models/{name}             one model
+//	PUT /api/v1/models/{name}/affinity    {"affinity": true|false}
+//	GET /api/v1/sessions?model=&limit=    live sessions, hashes only, newest first
+//	GET /api/v1/stats?window=1h           token time series (dashboard)
+//	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
+//
+// "GET /" is left free for the dashboard: mount it with Handle.
+
+// ModelsResponse is the body of GET /api/v1/models.
+type ModelsResponse struct {
+	Models []ModelStatus `json:"models"`
+}
+
+// SessionsResponse is the body of GET /api/v1/sessions.
+type SessionsResponse struct {
+	// Total is the number of live sessions over the listed models; Sessions
+	// holds at most limit of them.
+	Total    int           `json:"total"`
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+// AffinityRequest is the body of PUT /api/v1/models/{name}/affinity.
+type AffinityRequest struct {
+	Affinity *bool `json:"affinity"`
+}
+
+// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
+// means no bound).
+const DefaultSessionsLimit = 10000
+
+func (w *Warden) routes() {
+	w.mux.HandleFunc("GET /api/v1/models", w.handleModels)
+	w.mux.HandleFunc("GET /api/v1/models/{name}", w.handleModel)
+	w.mux.HandleFunc("PUT /api/v1/models/{name}/affinity", w.handleAffinity)
+	w.mux.HandleFunc("GET /api/v1/sessions", w.handleSessions)
+	w.mux.Handle("GET /api/v1/stats", StatsHandler(w.series))
+	w.mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
+}
+
+// Handle registers another handler on the admin server (the dashboard at
+// "GET /", say). Safe before or after Start.
+func (w *Warden) Handle(pattern string, h http.Handler) { w.mux.Handle(pattern, h) }
+
+// AdminHandler is the admin API's handler, for serving it elsewhere or in
+// tests.
+func (w *Warden) AdminHandler() http.Handler { return w.mux }
+
+func writeJSON(rw http.ResponseWriter, code int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.WriteHeader(code)
+	enc := json.NewEncoder(rw)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(rw http.ResponseWriter, code int, err error) {
+	writeJSON(rw, code, map[string]string{"error": err.Error()})
+}
+
+func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
+	out := ModelsResponse{Models: make([]ModelStatus, 0, len(w.models))}
+	for _, m := range w.models {
+		out.Models = append(out.Models, m.Status())
+	}
+	writeJSON(rw, http.StatusOK, out)
+}
+
+func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
+	m := w.byName[r.PathValue("name")]
+	if m == nil {
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		return
+	}
+	writeJSON(rw, http.StatusOK, m.Status())
+}
+
+func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
+	m := w.byName[r.PathValue("name")]
+	if m == nil {
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		return
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	var req AffinityRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want {\"affinity\": true|false}: %v", err))
+		return
+	}
+	if req.Affinity == nil {
+		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"affinity\": true|false}: affinity missing"))
+		return
+	}
+	m.SetAffinity(*req.Affinity)
+	w.log.Info("affinity changed", "model", m.Name(), "affinity", *req.Affinity)
+	writeJSON(rw, http.StatusOK, m.Status())
+}
+
+func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
+	limit := DefaultSessionsLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(rw, http.StatusBadRequest, fmt.Errorf("limit %q: want a number >= 0", v))
+			return
+		}
+		limit = n
+	}
+	models := w.models
+	if name := r.URL.Query().Get("model"); name != "" {
+		m := w.byName[name]
+		if m == nil {
+			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, name))
+			return
+		}
+		models = []*Model{m}
+	}
+	now := time.Now()
+	out := SessionsResponse{Sessions: []SessionInfo{}}
+	for _, m := range models {
+		out.Total += m.LiveSessions()
+		rest := 0
+		if limit > 0 {
+			rest = limit - len(out.Sessions)
+			if rest <= 0 {
+				continue
+			}
+		}
+		out.Sessions = append(out.Sessions, m.Sessions(now, rest)...)
+	}
+	writeJSON(rw, http.StatusOK, out)
+}

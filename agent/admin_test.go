@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+func mustGetJSON(tb testing.TB, url string, v any) int {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+func mustPut(tb testing.TB, url, body string) int {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestAdminModelsJSONHasEveryField(t *testing.T) {
+	s := mustSim(t, sim.ServerConfig{Replicas: 2})
+	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
+	m := w.Models()[0]
+	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	mustSend(t, m, p, "s", 0)
+	base := "http://" + w.AdminAddr()
+
+	var raw map[string][]map[string]any
+	if code := mustGetJSON(t, base+"/api/v1/models", &raw); code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	models := raw["models"]
+	if len(models) != 1 {
+		t.Fatalf("models: %v", raw)
+	}
+	for _, k := range []string{"name", "affinity", "policy", "spill_threshold", "spill_threshold_auto", "sticky_share", "in_flight", "replicas", "sessions", "unaffined", "invalid_pins"} {
+		if _, ok := models[0][k]; !ok {
+			t.Errorf("model field %q missing", k)
+		}
+	}
+	reps := models[0]["replicas"].([]any)
+	if len(reps) != 2 {
+		t.Fatalf("replicas: %v", reps)
+	}
+	for _, k := range []string{"url", "in_flight", "sticky", "spilled_in", "client_pinned", "running", "waiting", "kv_used", "prefix_hit_rate", "healthy"} {
+		if _, ok := reps[0].(map[string]any)[k]; !ok {
+			t.Errorf("replica field %q missing", k)
+		}
+	}
+
+	if code := mustPut(t, base+"/api/v1/models/qwen/affinity", `{"affinity": false}`); code != http.StatusOK {
+		t.Errorf("PUT affinity: %d", code)
+	}
+	if m.Affinity() {
+		t.Error("affinity still on")
+	}
+	if code := mustPut(t, base+"/api/v1/models/nope/affinity", `{"affinity": true}`); code != http.StatusNotFound {
+		t.Errorf("unknown model: %d", code)
+	}
+	for _, bad := range []string{``, `{}`, `{"affinity": "yes"}`, `{"affinity": true, "x": 1}`, `not json`} {
+		if code := mustPut(t, base+"/api/v1/models/qwen/affinity", bad); code != http.StatusBadRequest {
+			t.Errorf("body %q: %d, want 400", bad, code)
+		}
+	}
+
+	var sess SessionsResponse
+	mustGetJSON(t, base+"/api/v1/sessions", &sess)
+	if sess.Total != 1 || len(sess.Sessions) != 1 || len(sess.Sessions[0].Hash) != 16 || sess.Sessions[0].Turns != 1 {
+		t.Errorf("sessions: %+v", sess)
+	}
+	if want := m.HashSession("s"); sess.Sessions[0].Hash != fmt.Sprintf("%016x", want) {
+		t.Errorf("session hash %s, want %016x", sess.Sessions[0].Hash, want)
+	}
+}
+
+func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
+	s := mustSim(t, sim.ServerConfig{Replicas: 2})
+	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
+	m := w.Models()[0]
+	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	mustSend(t, m, p, "s", 0)
+	m.Place(Request{Now: time.Now()})
+	m.Place(Request{PinnedHeader: "9", Now: time.Now()})
+
+	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	fams, err := parseMetrics(resp.Body, resp.Header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"lmwarden_requests_total", "lmwarden_requests_vllm_decided_total", "lmwarden_in_flight", "lmwarden_replica_in_flight",
+		"lmwarden_sessions_live", "lmwarden_replica_sessions", "lmwarden_sessions_expired_total",
+		"lmwarden_spills_total", "lmwarden_client_pinned_total", "lmwarden_invalid_pins_total",
+		"lmwarden_unaffined_total", "lmwarden_session_requests_total", "lmwarden_sticky_share",
+		"lmwarden_affinity", "lmwarden_spill_threshold", "lmwarden_placement_errors_total",
+		"lmwarden_retries_total", "lmwarden_replica_info", "lmwarden_replica_healthy",
+		"lmwarden_replica_poll_failures_total", "lmwarden_replica_running", "lmwarden_replica_waiting",
+		"lmwarden_replica_kv_usage", "lmwarden_replica_prefix_hit_rate", "lmwarden_replica_load",
+	}
+	for _, n := range want {
+		if _, ok := fams[n]; !ok {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+	for n := range fams {
+		if !strings.HasPrefix(n, "lmwarden_") {
+			t.Errorf("unexpected metric %s", n)
+		}
+	}
+	if len(fams) != len(allDescs) {
+		t.Errorf("%d families, %d described", len(fams), len(allDescs))
+	}
+	value := func(name string, labels map[string]string) float64 {
+		for _, mt := range fams[name].GetMetric() {
+			if labelsMatch(mt, labels) {
+				return sampleValue(mt)
+			}
+		}
+		t.Errorf("%s%v not found", name, labels)
+		return -1
+	}
+	if v := value("lmwarden_invalid_pins_total", map[string]string{"model": "qwen"}); v != 1 {
+		t.Errorf("invalid pins %v", v)
+	}
+	// The request with an invalid pin has no session either: unaffined too.
+	if v := value("lmwarden_unaffined_total", map[string]string{"model": "qwen"}); v != 2 {
+		t.Errorf("unaffined %v", v)
+	}
+	if v := value("lmwarden_in_flight", map[string]string{"model": "qwen"}); v != 2 {
+		t.Errorf("in flight %v", v)
+	}
+}
+
+func TestMetricsDocListsEveryName(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range allDescs {
+		name := descName(d)
+		if !bytes.Contains(doc, []byte("`"+name+"`")) {
+			t.Errorf("docs/metrics.md does not document %s", name)
+		}
+	}
+}
+
+// descName reads the fqName out of a Desc's String form.
+func descName(d *prometheus.Desc) string {
+	s := d.String()
+	i := strings.Index(s, `fqName: "`)
+	s = s[i+len(`fqName: "`):]
+	return s[:strings.IndexByte(s, '"')]
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
+}

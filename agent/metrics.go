@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Every Prometheus metric the warden exports, in one place; docs/metrics.md
+// documents each. They are read from the models' own counters at scrape
+// time (a custom Collector), so the placement path never touches
+// client_golang. Labels: model = model name, replica = replica index (the
+// URL is in lmwarden_replica_info), kind = placement kind.
+var (
+	descRequests = prometheus.NewDesc("lmwarden_requests_total",
+		"Requests placed, by replica and placement kind (new, sticky, spilled, client_pinned, unaffined, balanced, repinned).",
+		[]string{"model", "replica", "kind"}, nil)
+	descVLLMDecided = prometheus.NewDesc("lmwarden_requests_vllm_decided_total",
+		"Requests forwarded without a rank header for vLLM to place (affinity off, one-endpoint shape).",
+		[]string{"model"}, nil)
+	descInFlight = prometheus.NewDesc("lmwarden_in_flight",
+		"Requests in flight through the warden (from head to response end or close).",
+		[]string{"model"}, nil)
+	descReplicaInFlight = prometheus.NewDesc("lmwarden_replica_in_flight",
+		"Requests in flight through the warden on this replica.",
+		[]string{"model", "replica"}, nil)
+	descSessionsLive = prometheus.NewDesc("lmwarden_sessions_live",
+		"Live (not yet expired) sessions in the session table.",
+		[]string{"model"}, nil)
+	descReplicaSessions = prometheus.NewDesc("lmwarden_replica_sessions",
+		"Live sessions pinned to this replica.",
+		[]string{"model", "replica"}, nil)
+	descSessionsExpired = prometheus.NewDesc("lmwarden_sessions_expired_total",
+		"Sessions removed after being idle longer than session_ttl.",
+		[]string{"model"}, nil)
+	descSpills = prometheus.NewDesc("lmwarden_spills_total",
+		"Requests spilled into this replica because their pinned replica had reached the spill threshold.",
+		[]string{"model", "replica"}, nil)
+	descClientPinned = prometheus.NewDesc("lmwarden_client_pinned_total",
+		"Requests sent to this replica because the client named it (X-data-parallel-rank or X-Warden-Replica).",
+		[]string{"model", "replica"}, nil)
+	descInvalidPins = prometheus.NewDesc("lmwarden_invalid_pins_total",
+		"Client-pinned headers naming no valid, healthy replica (ignored; the request was routed normally).",
+		[]string{"model"}, nil)
+	descUnaffined = prometheus.NewDesc("lmwarden_unaffined_total",
+		"Requests without a session id (placed least-loaded, not pinned).",
+		[]string{"model"}, nil)
+	descStayed = prometheus.NewDesc("lmwarden_session_requests_total",
+		"Requests of known sessions by outcome: stayed (on the pinned replica) or moved.",
+		[]string{"model", "outcome"}, nil)
+	descStickyShare = prometheus.NewDesc("lmwarden_sticky_share",
+		"Share of known-session requests that stayed on their pinned replica (0-1).",
+		[]string{"model"}, nil)
+	descAffinity = prometheus.NewDesc("lmwarden_affinity",
+		"1 when session affinity is on, 0 when the choice is handed to vLLM.",
+		[]string{"model"}, nil)
+	descSpillThreshold = prometheus.NewDesc("lmwarden_spill_threshold",
+		"Effective spill threshold (in-flight requests); with auto, the lowest over healthy replicas.",
+		[]string{"model", "auto"}, nil)
+	descPlacementErrors = prometheus.NewDesc("lmwarden_placement_errors_total",
+		"Placement decisions that failed, by reason (no_healthy_replica, retry_failed).",
+		[]string{"model", "reason"}, nil)
+	descRetries = prometheus.NewDesc("lmwarden_retries_total",
+		"Requests moved away from this replica after a failed connect.",
+		[]string{"model", "replica"}, nil)
+	descReplicaInfo = prometheus.NewDesc("lmwarden_replica_info",
+		"Constant 1; maps the replica index to its URL.",
+		[]string{"model", "replica", "url"}, nil)
+	descHealthy = prometheus.NewDesc("lmwarden_replica_healthy",
+		"1 when the replica takes new placements, 0 after unhealthy_after failed polls.",
+		[]string{"model", "replica"}, nil)
+	descPollFailures = prometheus.NewDesc("lmwarden_replica_poll_failures_total",
+		"Failed polls of the replica's /health or /metrics.",
+		[]string{"model", "replica"}, nil)
+	descRunning = prometheus.NewDesc("lmwarden_replica_running",
+		"vllm:num_requests_running as last polled.",
+		[]string{"model", "replica"}, nil)
+	descWaiting = prometheus.NewDesc("lmwarden_replica_waiting",
+		"vllm:num_requests_waiting as last polled.",
+		[]string{"model", "replica"}, nil)
+	descKVUsage = prometheus.NewDesc("lmwarden_replica_kv_usage",
+		"vllm:kv_cache_usage_perc (or gpu_cache_usage_perc) as last polled, 0-1.",
+		[]string{"model", "replica"}, nil)
+	descHitRate = prometheus.NewDesc("lmwarden_replica_prefix_hit_rate",
+		"Prefix-cache hit rate over hit_rate_window: delta(hits)/delta(queries), 0-1.",
+		[]string{"model", "replica"}, nil)
+	descLoad = prometheus.NewDesc("lmwarden_replica_load",
+		"load(r) as placement computes it (agent/placement.go).",
+		[]string{"model", "replica"}, nil)
+)
+
+var allDescs = []*prometheus.Desc{
+	descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
+	descReplicaSessions, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
+	descUnaffined, descStayed, descStickyShare, descAffinity, descSpillThreshold,
+	descPlacementErrors, descRetries, descReplicaInfo, descHealthy, descPollFailures,
+	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
+}
+
+// Collector exports the models' counters to Prometheus.
+type Collector struct{ models []*Model }
+
+// NewCollector returns a collector over models.
+func NewCollector(models []*Model) *Collector { return &Collector{models: models} }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, m := range c.models {
+		s := m.Status()
+		mn := s.Name
+		counter(descVLLMDecided, float64(m.vllmDecidedCount()), mn)
+		gauge(descInFlight, float64(s.InFlight), mn)
+		gauge(descSessionsLive, float64(s.Sessions), mn)
+		counter(descSessionsExpired, float64(s.SessionsExpired), mn)
+		counter(descInvalidPins, float64(s.InvalidPins), mn)
+		counter(descUnaffined, float64(s.Unaffined), mn)
+		counter(descStayed, float64(s.Stayed), mn, "stayed")
+		counter(descStayed, float64(s.Moved), mn, "moved")
+		gauge(descStickyShare, s.StickyShare, mn)
+		gauge(descAffinity, b2f(s.Affinity), mn)
+		gauge(descSpillThreshold, float64(s.Spill), mn, strconv.FormatBool(s.SpillAuto))
+		counter(descPlacementErrors, float64(s.NoHealthy), mn, "no_healthy_replica")
+		counter(descPlacementErrors, float64(s.RetryFailed), mn, "retry_failed")
+		for _, r := range s.Replicas {
+			ri := strconv.Itoa(r.Index)
+			for k := range numKinds {
+				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())
+			}
+			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)
+			gauge(descReplicaSessions, float64(r.Sessions), mn, ri)
+			counter(descSpills, float64(r.SpilledIn), mn, ri)
+			counter(descClientPinned, float64(r.ClientPinned), mn, ri)
+			counter(descRetries, float64(r.RetriedAway), mn, ri)
+			gauge(descReplicaInfo, 1, mn, ri, r.URL)
+			gauge(descHealthy, b2f(r.Healthy), mn, ri)
+			counter(descPollFailures, float64(r.PollFailures), mn, ri)
+			gauge(descRunning, r.Running, mn, ri)
+			gauge(descWaiting, r.Waiting, mn, ri)
+			gauge(descKVUsage, r.KVUsed, mn, ri)
+			gauge(descHitRate, r.PrefixHitRate, mn, ri)
+			gauge(descLoad, r.Load, mn, ri)
+		}
+	}
+}
+
+func (m *Model) vllmDecidedCount() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.vllmDecided
+}

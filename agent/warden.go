@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options are the Warden's run-time hooks that are not configuration.
+type Options struct {
+	// Logger (nil: slog.Default()).
+	Logger *slog.Logger
+	// Sink returns the session mirror of one model (nil or a nil result: none).
+	Sink func(mc ModelConfig) SessionSink
+	// OnScrape is called after every successful scrape, after the token
+	// series has been fed (nil: nothing more).
+	OnScrape ScrapeObserver
+}
+
+// Warden is the daemon's control plane: the models, the pollers that keep
+// their replica metrics and health current, the idle-session sweeper, and
+// the admin HTTP server (API, /metrics; "/" is left for the dashboard).
+type Warden struct {
+	cfg        *Config
+	opts       Options
+	log        *slog.Logger
+	models     []*Model
+	byName     map[string]*Model
+	byFrontend map[string]*Model
+	series     *TokenSeries
+	registry   *prometheus.Registry
+	mux        *http.ServeMux
+	client     *http.Client
+
+	mu       sync.Mutex
+	started  bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	srv      *http.Server
+	adminLn  net.Listener
+	closeErr error
+}
+
+// New builds the models of a validated config. It starts nothing.
+func New(cfg *Config) (*Warden, error) { return NewWithOptions(cfg, Options{}) }
+
+// NewWithOptions is New with hooks.
+func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Warden{
+		cfg:        cfg,
+		opts:       opts,
+		log:        opts.Logger,
+		byName:     map[string]*Model{},
+		byFrontend: map[string]*Model{},
+		series:     NewTokenSeries(0),
+		registry:   prometheus.NewRegistry(),
+		mux:        http.NewServeMux(),
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	hasher := NewSessionHasher(cfg.HashKey)
+	for i, mc := range cfg.Models {
+		var sink SessionSink
+		if opts.Sink != nil {
+			sink = opts.Sink(mc)
+		}
+		m, err := NewModel(mc, ModelOptions{Hasher: &hasher, Sink: sink, Seed: uint64(i) + 1, HitRateWindow: cfg.HitRateWindow})
+		if err != nil {
+			return nil, err
+		}
+		w.models = append(w.models, m)
+		w.byName[mc.Name] = m
+		w.byFrontend[mc.Frontend] = m
+	}
+	w.registry.MustRegister(NewCollector(w.models))
+	w.client = &http.Client{
+		Transport: &http.Transport{
+			Proxy:               nil, // replicas are local: never through a proxy
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     30 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+	w.routes()
+	return w, nil
+}
+
+// Config is the configuration the warden runs with.
+func (w *Warden) Config() *Config { return w.cfg }
+
+// Models lists the models in config order.
+func (w *Warden) Models() []*Model { return w.models }
+
+// Model finds a model by name (nil if none).
+func (w *Warden) Model(name string) *Model { return w.byName[name] }
+
+// ModelByFrontend finds the model whose frontend is addr. An exact match
+// wins; else a frontend with an unspecified host (":8000", "0.0.0.0:8000",
+// "[::]:8000") matches any addr with the same port.
+func (w *Warden) ModelByFrontend(addr string) *Model {
+	if m, ok := w.byFrontend[addr]; ok {
+		return m
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	for fe, m := range w.byFrontend {
+		h, p, err := net.SplitHostPort(fe)
+		if err == nil && p == port && (h == "" || h == "0.0.0.0" || h == "::") {
+			return m
+		}
+	}
+	return nil
+}
+
+// TokenSeries is the token time series the pollers feed (dashboard stats).
+func (w *Warden) TokenSeries() *TokenSeries { return w.series }
+
+// Registry is the Prometheus registry behind GET /metrics.
+func (w *Warden) Registry() *prometheus.Registry { return w.registry }
+
+// Start launches the pollers and the idle-session sweeper, and the admin
+// server when the config has an admin address. It returns once the admin
+// socket listens; everything stops on Close or when ctx ends.
+func (w *Warden) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("agent: warden already started")
+	}
+	if w.cfg.Admin != "" {
+		ln, err := net.Listen("tcp", w.cfg.Admin)
+		if err != nil {
+			return fmt.Errorf("admin %s: %w", w.cfg.Admin, err)
+		}
+		w.adminLn = ln
+		w.srv = &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second}
+		w.wg.Go(func() {
+			if err := w.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				w.log.Error("admin server", "err", err)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	w.started = true
+	observe := func(m *Model, i int, s ReplicaMetrics, now time.Time) {
+		w.series.Observe(m.Name(), i, TokenCounters{
+			PromptTokens: s.PromptTokens, PrefixQueries: s.PrefixQueries,
+			PrefixHits: s.PrefixHits, GenerationTokens: s.GenerationTokens,
+		}, now)
+		if w.opts.OnScrape != nil {
+			w.opts.OnScrape(m, i, s, now)
+		}
+	}
+	for _, m := range w.models {
+		for _, p := range newPollers(m, w.cfg, w.client, observe, w.log) {
+			w.wg.Go(func() { p.run(ctx) })
+		}
+	}
+	w.wg.Go(func() { w.sweep(ctx) })
+	return nil
+}
+
+// sweepBudget sessions are examined per model per poll tick: 100k sessions
+// are swept in 25 ticks (about 6 s at 250 ms).
+const sweepBudget = 4096
+
+func (w *Warden) sweep(ctx context.Context) {
+	t := time.NewTicker(w.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, m := range w.models {
+				m.ExpireIdle(now, sweepBudget)
+			}
+		}
+	}
+}
+
+// AdminAddr is the address the admin server listens on ("" when it does
+// not run); useful with port 0.
+func (w *Warden) AdminAddr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.adminLn == nil {
+		return ""
+	}
+	return w.adminLn.Addr().String()
+}
+
+// Close stops the pollers and the admin server and waits for them.
+func (w *Warden) Close() error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	w.started = false
+	w.cancel()
+	var err error
+	if w.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = w.srv.Shutdown(ctx)
+		cancel()
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+	w.client.CloseIdleConnections()
+	return err
+}
