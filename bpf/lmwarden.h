@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * lmwarden.h: the one place that defines every map key and value shared by
+ * the BPF programs (lmwarden.c) and Go (bpf2go -type, never retyped).
+ *
+ * Who writes what (so nobody races on a value):
+ *   frontends, listeners  the loader (maps/), read by sk_lookup
+ *   sessions              the agent, through maps/; the kernel never reads it
+ *   sock_ctls             the shim only (arms a socket for one request/response)
+ *   sock_states           the verdict program only (the shim creates it zeroed)
+ *   socks                 the shim inserts, the kernel removes closed sockets
+ *   stats                 the verdict program (per CPU), read and summed by Go
+ *   response_ends         the verdict program, read by the shim (ring buffer)
+ */
+#ifndef LMWARDEN_H
+#define LMWARDEN_H
+
+#include <linux/types.h>
+
+#define LMW_MAX_FRONTENDS 256
+#define LMW_MAX_REPLICAS 256
+#define LMW_MAX_SESSIONS 262144
+#define LMW_MAX_SOCKETS 65536
+
+/* frontend_key: the address a client connects to. family is AF_INET or
+ * AF_INET6; an IPv4 address sits in addr[0] (network order), the rest zero;
+ * port is in host order (as bpf_sk_lookup.local_port). An all-zero addr is
+ * the wildcard for that port. */
+struct frontend_key {
+	__u32 addr[4];
+	__u16 port;
+	__u16 family;
+};
+
+#define FRONTEND_OWN_ADDR 1 /* the warden added addr to lo; unload removes it */
+
+struct frontend_value {
+	__u32 slot;  /* index into the listeners SOCKMAP */
+	__u32 flags; /* FRONTEND_* */
+};
+
+/* session: value of the sessions map, keyed by the keyed 64-bit hash of the
+ * session id (__u64). Written by the agent; dumped by bpftool and by
+ * `lmwarden sessions --from-maps`; survives a warden restart. */
+#define SESSION_CLIENT_PINNED 1
+#define SESSION_SPILLED 2
+
+struct session {
+	__u32 replica;
+	__u32 flags;
+	__u64 last_seen_ns; /* unix nanoseconds, set by the agent */
+};
+
+/* sock_ctl: how the verdict treats the bytes arriving on one socket, keyed by
+ * socket cookie. Written only by the shim, before it lets the bytes flow. */
+enum sock_mode {
+	SOCK_PASS = 0,     /* everything goes to the shim */
+	SOCK_REQUEST = 1,  /* client side: carry [arm_at, body_end) to peer */
+	SOCK_RESPONSE = 2, /* upstream side: carry everything to peer, find the end */
+};
+
+#define CTL_NO_BODY 1 /* the request was HEAD: the response has no body */
+
+struct sock_ctl {
+	__u64 peer;     /* cookie of the socket redirected bytes go to */
+	__u64 arm_at;   /* REQUEST: stream offset of the first byte the kernel may carry */
+	__u64 body_end; /* REQUEST: stream offset one past the request body */
+	__u32 gen;      /* bumped by the shim at every arm */
+	__u32 mode;     /* enum sock_mode */
+	__u32 replica;  /* index into replica_stats */
+	__u32 flags;    /* CTL_* */
+};
+
+/* sock_state: the verdict's own bookkeeping for one socket, keyed by socket
+ * cookie. Written only by the verdict program; the shim creates it with
+ * seen = the bytes it already read itself, then only reads it. */
+enum parse_phase {
+	PH_HEAD = 0,       /* response status line and headers */
+	PH_CL_BODY = 1,    /* Content-Length body: remaining bytes */
+	PH_CHUNK_SIZE = 2, /* chunk-size line */
+	PH_CHUNK_EXT = 3,  /* chunk extension up to LF */
+	PH_CHUNK_DATA = 4, /* chunk data + CRLF: remaining bytes */
+	PH_TRAILER = 5,    /* trailer lines up to the empty line */
+	PH_UNTIL_CLOSE = 6,/* no framing: the body ends when upstream closes */
+	PH_DONE = 7,       /* response complete */
+};
+
+struct sock_state {
+	__u64 seen;       /* stream offset of the next byte the verdict sees */
+	__u64 redirected; /* bytes of the current gen carried to the peer */
+	__u64 passed;     /* bytes handed to the shim, all gens */
+	__u64 carried;    /* bytes carried to the peer, all gens */
+	__u64 remaining;  /* response: bytes left in the CL body or chunk */
+	__u64 acc;        /* response: content-length or chunk-size being parsed */
+	__u32 gen;        /* the sock_ctl gen these counters belong to */
+	__u32 armed;      /* REQUEST: the arm found no unread passed bytes */
+	__u32 phase;      /* enum parse_phase */
+	__u32 line_pos;   /* response head: position in the current line */
+	__u32 flags;      /* response head: PF_* */
+	__u32 match;      /* response head: chars of "chunked" matched */
+	__u32 status;     /* response status code */
+	__u32 done_gen;   /* last gen whose response ended */
+};
+
+/* replica_stats: per CPU, per replica (index = replica, array map). */
+struct replica_stats {
+	__u64 requests;     /* responses begun (one per request carried) */
+	__u64 responses;    /* responses whose end the kernel found */
+	__u64 bytes_kernel; /* bytes redirected socket to socket */
+	__u64 bytes_user;   /* bytes passed to the shim */
+};
+
+/* response_end: one ring-buffer record per finished response. */
+#define END_FRAMED 1 /* Content-Length or chunked end found */
+
+struct response_end {
+	__u64 cookie; /* upstream socket cookie */
+	__u64 bytes;  /* bytes of this response carried in the kernel */
+	__u32 gen;
+	__u32 replica;
+	__u32 status;
+	__u32 how; /* END_* */
+};
+
+#endif /* LMWARDEN_H */

@@ -1,0 +1,5 @@
+package maps
+
+import "encoding/binary"
+
+var nativeEndian = binary.NativeEndian

@@ -1,0 +1,107 @@
+package maps
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// Cookie returns the kernel's socket cookie of c, the key of the socket
+// maps.
+func Cookie(c syscall.Conn) (uint64, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cookie uint64
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		cookie, gerr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE)
+	}); err != nil {
+		return 0, err
+	}
+	return cookie, gerr
+}
+
+// Arm sets how the verdict treats the next bytes of socket cookie. Only
+// the shim writes sock_ctls; it bumps ctl.Gen at every arm.
+func (s *State) Arm(cookie uint64, ctl SockCtl) error {
+	return s.objs.SockCtls.Update(cookie, &ctl, ebpf.UpdateAny)
+}
+
+// AddSocket starts the verdict's bookkeeping for c at stream offset seen
+// (the bytes the shim already read itself) and puts c into the SOCKHASH.
+// Arm it first: from this call on, the verdict sees every byte c receives.
+func (s *State) AddSocket(c syscall.Conn, cookie uint64, seen uint64) error {
+	st := SockState{Seen: seen}
+	if err := s.objs.SockStates.Update(cookie, &st, ebpf.UpdateAny); err != nil {
+		return err
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var uerr error
+	if err := raw.Control(func(fd uintptr) {
+		uerr = s.objs.Socks.Update(cookie, uint64(fd), ebpf.UpdateNoExist)
+	}); err != nil {
+		return err
+	}
+	return uerr
+}
+
+// SocketState reads the verdict's bookkeeping for cookie.
+func (s *State) SocketState(cookie uint64) (SockState, error) {
+	var st SockState
+	err := s.objs.SockStates.Lookup(cookie, &st)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return st, ErrNoSocket
+	}
+	return st, err
+}
+
+// ForgetSocket removes cookie from every socket map. Closing a socket
+// removes it from the SOCKHASH by itself; the control and state entries
+// are ours to delete.
+func (s *State) ForgetSocket(cookie uint64) {
+	s.objs.Socks.Delete(cookie)
+	s.objs.SockCtls.Delete(cookie)
+	s.objs.SockStates.Delete(cookie)
+}
+
+// SocketCookies lists the sockets currently in the SOCKHASH.
+func (s *State) SocketCookies() ([]uint64, error) {
+	var out []uint64
+	var k, v uint64
+	it := s.objs.Socks.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, k)
+	}
+	return out, it.Err()
+}
+
+// ResponseEnds opens a reader of the ring buffer the verdict writes one
+// ResponseEnd to for every response whose end it finds.
+func (s *State) ResponseEnds() (*ringbuf.Reader, error) {
+	return ringbuf.NewReader(s.objs.ResponseEnds)
+}
+
+// DecodeResponseEnd decodes one ring-buffer record.
+func DecodeResponseEnd(rec ringbuf.Record) (ResponseEnd, bool) {
+	var ev ResponseEnd
+	if len(rec.RawSample) < 32 {
+		return ev, false
+	}
+	b := rec.RawSample
+	ne := nativeEndian
+	ev.Cookie = ne.Uint64(b[0:])
+	ev.Bytes = ne.Uint64(b[8:])
+	ev.Gen = ne.Uint32(b[16:])
+	ev.Replica = ne.Uint32(b[20:])
+	ev.Status = ne.Uint32(b[24:])
+	ev.How = ne.Uint32(b[28:])
+	return ev, true
+}

@@ -1,0 +1,38 @@
+package maps
+
+import "github.com/lmwarden/lmwarden/bpf"
+
+// The shared structs, defined once in bpf/lmwarden.h.
+type (
+	Session       = bpf.LmwardenSession
+	SockCtl       = bpf.LmwardenSockCtl
+	SockState     = bpf.LmwardenSockState
+	ReplicaStats  = bpf.LmwardenReplicaStats
+	ResponseEnd   = bpf.LmwardenResponseEnd
+	FrontendKey   = bpf.LmwardenFrontendKey
+	FrontendValue = bpf.LmwardenFrontendValue
+)
+
+// Socket modes (enum sock_mode) and parse phases (enum parse_phase).
+const (
+	ModePass     = uint32(bpf.LmwardenSockModeSOCK_PASS)
+	ModeRequest  = uint32(bpf.LmwardenSockModeSOCK_REQUEST)
+	ModeResponse = uint32(bpf.LmwardenSockModeSOCK_RESPONSE)
+
+	PhaseUntilClose = uint32(bpf.LmwardenParsePhasePH_UNTIL_CLOSE)
+	PhaseDone       = uint32(bpf.LmwardenParsePhasePH_DONE)
+)
+
+// Flags mirrored from lmwarden.h #defines (bpf2go only carries types).
+const (
+	FrontendOwnAddr     = 1 // FRONTEND_OWN_ADDR
+	SessionClientPinned = 1 // SESSION_CLIENT_PINNED
+	SessionSpilled      = 2 // SESSION_SPILLED
+	CtlNoBody           = 1 // CTL_NO_BODY
+)
+
+// Pin names inside the state directory.
+const (
+	pinDispatchLink = "link_dispatch"
+	pinVerdictLink  = "link_verdict"
+)

@@ -1,0 +1,64 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/lmwarden/lmwarden/bpf"
+)
+
+// Unload detaches the programs, removes the frontend addresses the warden
+// added to lo, and removes the pinned state. It fails with ErrLocked while
+// a warden holds the state: stop it first. Nothing pinned is not an error.
+func Unload(opts Options) error {
+	dir := opts.dir()
+	plock, err := lockDir(filepath.Dir(dir), true)
+	if err != nil {
+		return err
+	}
+	defer plock.unlock()
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	lock, err := lockDir(dir, false)
+	if err != nil {
+		return err
+	}
+	defer lock.unlock()
+
+	var errs []error
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.LmwardenMapFrontends), nil); err == nil {
+		var k FrontendKey
+		var v FrontendValue
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			if v.Flags&FrontendOwnAddr != 0 {
+				if err := removeLoopbackAddr(keyAddrPort(k).Addr()); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		m.Close()
+	}
+	for _, name := range []string{pinDispatchLink, pinVerdictLink} {
+		l, err := link.LoadPinnedLink(filepath.Join(dir, name), nil)
+		if err != nil {
+			continue
+		}
+		if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			errs = append(errs, fmt.Errorf("detach %s: %w", name, err))
+		}
+		l.Unpin()
+		l.Close()
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
