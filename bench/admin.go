@@ -69,15 +69,12 @@ func (a adminClient) model(ctx context.Context, name string) (agent.ModelStatus,
 	return agent.ModelStatus{}, fmt.Errorf("%w: model %q not among %v (use --model-name)", ErrArmSwitch, name, names)
 }
 
-// setArm switches the model's affinity (and policy, for a policy arm)
-// through PUT /api/v1/models/{name}/affinity, then reads the model back to
-// check the switch took.
+// setArm switches the model's affinity through PUT
+// /api/v1/models/{name}/affinity ({"affinity": bool}) and reads the model
+// back to check the switch took. The admin API does not switch policies: an
+// arm named after a policy needs the warden configured with that policy.
 func (a adminClient) setArm(ctx context.Context, model string, arm Arm) error {
-	body := map[string]any{"affinity": arm.Affinity}
-	if arm.Affinity {
-		body["policy"] = string(arm.Policy)
-	}
-	b, _ := json.Marshal(body)
+	b, _ := json.Marshal(map[string]any{"affinity": arm.Affinity})
 	u := strings.TrimRight(a.base, "/") + "/api/v1/models/" + url.PathEscape(model) + "/affinity"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(b))
 	if err != nil {
@@ -97,9 +94,12 @@ func (a adminClient) setArm(ctx context.Context, model string, arm Arm) error {
 	if err != nil {
 		return err
 	}
-	if m.Affinity != arm.Affinity || (arm.Affinity && m.Policy != string(arm.Policy)) {
-		return fmt.Errorf("%w: asked affinity=%v policy=%s, the warden reports affinity=%v policy=%s",
-			ErrArmSwitch, arm.Affinity, arm.Policy, m.Affinity, m.Policy)
+	if m.Affinity != arm.Affinity {
+		return fmt.Errorf("%w: asked affinity=%v, the warden reports %v", ErrArmSwitch, arm.Affinity, m.Affinity)
+	}
+	if arm.Affinity && arm.Name != ArmOn && m.Policy != string(arm.Policy) {
+		return fmt.Errorf("%w: arm %q needs the warden's model %q configured with policy %s (it runs %s; the admin API switches affinity only)",
+			ErrArmSwitch, arm.Name, model, arm.Policy, m.Policy)
 	}
 	return nil
 }

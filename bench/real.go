@@ -72,6 +72,9 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 			rep.ArmPolicies[a.Name] = "whatever " + cfg.Target + " does (no admin API: not switched)"
 		} else {
 			rep.ArmPolicies[a.Name] = a.describe(lb, r.oneEndpoint)
+			if a.Affinity && a.Name == ArmOn {
+				rep.ArmPolicies[a.Name] = "affinity on: warden policy " + r.policy
+			}
 		}
 	}
 	for si, step := range cfg.Steps {
@@ -139,6 +142,7 @@ type realRun struct {
 	model       string // the request's model field
 	modelName   string // the warden's model name
 	oneEndpoint bool
+	policy      string // the warden's configured policy
 }
 
 // setup finds the replicas' metrics, the model names and checks the target
@@ -153,6 +157,7 @@ func (r *realRun) setup(ctx context.Context) error {
 		}
 		r.modelName = m.Name
 		r.oneEndpoint = m.Shape == "endpoint"
+		r.policy = m.Policy
 		if len(urls) == 0 {
 			seen := map[string]bool{}
 			for _, rep := range m.Replicas {

@@ -47,7 +47,7 @@ func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
 			urls := s.URLs()
 			rep, err := RunReal(context.Background(), RealConfig{
 				Target: urls[0], API: api, ReplicaMetrics: urls, Steps: []int{2},
-				Duration: 30 * time.Second, Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
+				Duration: 90 * time.Second, Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -140,7 +140,10 @@ func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens i
 		Stayed:         Num(math.NaN()),
 	}
 	if seconds > 0 {
-		res.SessionsPerHour = Num(float64(r.completed) / seconds * 3600)
+		// Whole sessions finished in a window are few and lumpy (a 3-minute
+		// window at overload may finish none), so the rate counts answered
+		// turns in session units; Completed keeps the whole-session count.
+		res.SessionsPerHour = Num(float64(r.requests) / TurnsPerSession / seconds * 3600)
 		res.OutputTokensPerMin = Num(float64(r.outputTokens) / seconds * 60)
 	}
 	res.ClientCachedShare = Num(math.NaN())

@@ -46,6 +46,7 @@ type Result struct {
 	Cut       int `json:"cut"`                // still in flight when the window closed
 	Completed int `json:"sessions_completed"` // sessions that finished all turns
 
+	// SessionsPerHour is answered turns / 6 an hour (session equivalents).
 	SessionsPerHour    Num `json:"sessions_per_hour"`
 	OutputTokensPerMin Num `json:"output_tokens_per_min"`
 

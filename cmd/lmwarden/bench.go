@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/bench"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+func init() {
+	register("bench", "A/B benchmark of synthetic agent sessions (real endpoint or --virtual)", runBench)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+// benchFlags are the flags of `lmwarden bench`; demo reuses the parsing of
+// steps and the report output.
+type benchFlags struct {
+	target, api, admin, model, modelName string
+	replicaMetrics                       stringList
+	steps, arms, policies                string
+	duration, timeout                    time.Duration
+	virtual                              bool
+	profile                              string
+	replicas                             int
+	lbStats                              string
+	seed                                 uint64
+	speed                                float64
+	out                                  string
+}
+
+func (f *benchFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.target, "target", "", "base URL the sessions talk to: the warden's frontend or a replica (real runs)")
+	fs.StringVar(&f.api, "api", bench.APIAnthropic, "request shape: anthropic (POST /v1/messages) or openai (POST /v1/chat/completions)")
+	fs.StringVar(&f.admin, "admin", "", "the warden's admin URL, to switch arms and list replicas (real runs)")
+	fs.StringVar(&f.model, "model", "", "model field of requests (default: the first of GET /v1/models)")
+	fs.StringVar(&f.modelName, "model-name", "", "the warden's model to switch (default: its only model)")
+	fs.Var(&f.replicaMetrics, "replica-metrics", "a replica's /metrics URL (repeat; default: the replicas the admin API lists)")
+	fs.StringVar(&f.steps, "steps", "4,8,16,24,32", "concurrent sessions per step, comma-separated")
+	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "length of each step and arm (simulated time with --virtual or --speed)")
+	fs.StringVar(&f.arms, "arms", "off,on", "arms, run back to back on the same replicas: off (vLLM's balancer), on (affinity), or policy names")
+	fs.StringVar(&f.policies, "policies", "", "--virtual: compare these policies side by side, each on fresh replicas ("+policyNames()+", or all)")
+	fs.BoolVar(&f.virtual, "virtual", false, "simulate replicas and placement on a virtual clock in this process (no sockets)")
+	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", "))
+	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
+	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
+	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
+	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
+	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
+}
+
+func policyNames() string {
+	var names []string
+	for _, p := range agent.Policies() {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ", ")
+}
+
+func runBench(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var f benchFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%v: %w", err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+
+	steps, err := parseSteps(f.steps)
+	if err != nil {
+		return err
+	}
+	if f.duration <= 0 {
+		return fmt.Errorf("--duration %v: want a positive duration: %w", f.duration, errUsage)
+	}
+	lb, err := sim.ParseLBStats(f.lbStats)
+	if err != nil {
+		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	armList, fresh := f.arms, false
+	if f.policies != "" {
+		if !f.virtual {
+			return fmt.Errorf("--policies needs --virtual (against a warden, configure its policy and use --arms): %w", errUsage)
+		}
+		if set["arms"] {
+			return fmt.Errorf("give --arms or --policies, not both: %w", errUsage)
+		}
+		armList, fresh = f.policies, true
+		if f.policies == "all" {
+			armList = policyNames()
+		}
+	}
+	arms, err := bench.ParseArms(armList)
+	if err != nil {
+		return fmt.Errorf("--arms/--policies: %v: %w", err, errUsage)
+	}
+	out := f.out
+	if out == "" {
+		out = filepath.Join("out", "bench-"+time.Now().UTC().Format("20060102-150405"))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	phases := len(steps) * len(arms)
+	var rep *bench.Report
+	if f.virtual {
+		for _, name := range []string{"target", "admin", "replica-metrics", "speed", "api", "timeout", "model", "model-name"} {
+			if set[name] {
+				return fmt.Errorf("--%s is for real runs, not --virtual: %w", name, errUsage)
+			}
+		}
+		p, err := sim.LookupProfile(f.profile)
+		if err != nil {
+			return fmt.Errorf("--profile: %v: %w", err, errUsage)
+		}
+		if f.replicas < 1 {
+			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
+		}
+		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
+			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Arms: arms,
+			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		if f.target == "" {
+			return fmt.Errorf("--target is required (or --virtual): %w", errUsage)
+		}
+		if f.api != bench.APIAnthropic && f.api != bench.APIOpenAI {
+			return fmt.Errorf("--api %q: want anthropic or openai: %w", f.api, errUsage)
+		}
+		if len(arms) > 1 && f.admin == "" {
+			return fmt.Errorf("%d arms need --admin to switch between them (or --arms on for one arm): %w", len(arms), errUsage)
+		}
+		if f.admin == "" && len(f.replicaMetrics) == 0 {
+			return fmt.Errorf("give --replica-metrics (repeat per replica) or --admin to read the replicas' counters: %w", errUsage)
+		}
+		if f.speed <= 0 {
+			return fmt.Errorf("--speed %v: want > 0: %w", f.speed, errUsage)
+		}
+		for name, u := range map[string]string{"target": f.target, "admin": f.admin} {
+			if u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return fmt.Errorf("--%s %q: want an http:// URL: %w", name, u, errUsage)
+			}
+		}
+		profile := ""
+		if set["profile"] {
+			profile = f.profile
+		}
+		rep, err = bench.RunReal(ctx, bench.RealConfig{
+			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, ModelName: f.modelName,
+			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Arms: arms, Seed: f.seed,
+			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lb.String(),
+			Progress: bench.NewProgress(os.Stderr, phases),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return finishReport(os.Stdout, rep, out)
+}
+
+// finishReport prints the table, writes the files and says where they are.
+func finishReport(w io.Writer, rep *bench.Report, out string) error {
+	if err := rep.WriteTable(w); err != nil {
+		return err
+	}
+	if err := rep.Write(out); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	fmt.Fprintf(w, "\nwall time %.1fs. Report: %s and %s; plots: %s, %s, %s (in %s)\n",
+		rep.WallSeconds, bench.ReportJSON, bench.ReportCSV, bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, out)
+	return nil
+}
+
+// parseSteps reads "4,8,16": positive session counts.
+func parseSteps(s string) ([]int, error) {
+	var steps []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--steps %q: %q is not a positive number of sessions: %w", s, part, errUsage)
+		}
+		steps = append(steps, n)
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("--steps %q: no steps: %w", s, errUsage)
+	}
+	return steps, nil
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lmwarden/lmwarden/bench"
+)
+
+func TestBenchRejectsBadFlagsAsUsageErrors(t *testing.T) {
+	cases := [][]string{
+		{"--virtual", "--steps", "4,x"},
+		{"--virtual", "--steps", "0"},
+		{"--virtual", "--arms", "off,bogus"},
+		{"--virtual", "--lb-stats", "sometimes"},
+		{"--virtual", "--profile", "h100-nothing"},
+		{"--virtual", "--duration", "0s"},
+		{"--virtual", "--target", "http://127.0.0.1:1"},
+		{"--policies", "sticky"},
+		{"--virtual", "--policies", "sticky", "--arms", "on"},
+		{},
+		{"--target", "http://127.0.0.1:1", "--replica-metrics", "http://127.0.0.1:2"},
+		{"--target", "http://127.0.0.1:1", "--arms", "on"},
+		{"--target", "127.0.0.1:1", "--arms", "on", "--replica-metrics", "http://x"},
+		{"--target", "http://127.0.0.1:1", "--api", "grpc", "--arms", "on", "--replica-metrics", "http://x"},
+	}
+	for _, args := range cases {
+		err := runBench(args)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("lmwarden bench %s: %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+}
+
+func TestBenchVirtualWritesReport(t *testing.T) {
+	out := t.TempDir()
+	err := runBench([]string{"--virtual", "--steps", "4", "--duration", "30s", "--policies", "sticky,round-robin", "--out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bench.ReadReport(filepath.Join(out, bench.ReportJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 || rep.Mode != "virtual" {
+		t.Fatalf("report: %d results, mode %q", len(rep.Results), rep.Mode)
+	}
+}
