@@ -35,10 +35,16 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		return false
 	}
 	// From here on the request is in flight: Done exactly once, whatever
-	// path this function leaves by (p changes if Retry moves it).
-	defer func() { s.placer.Done(p, time.Now()) }()
+	// path this function leaves by (p changes if Retry moves it; a failed
+	// Retry has released it already).
+	released := false
+	defer func() {
+		if !released {
+			s.placer.Done(p, time.Now())
+		}
+	}()
 
-	up, reused, err := s.connect(&p)
+	up, reused, err := s.connect(&p, &released)
 	if err != nil {
 		s.log.Warn("upstream connect failed", "model", s.placer.Name(), "replica", p.Replica, "err", err)
 		s.reject(client, 502)
@@ -71,8 +77,9 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 
 // connect returns a connection to p's replica. A connect failure (no byte
 // sent yet) moves the request to the next-best replica once, through
-// Model.Retry, which updates *p.
-func (s *Shim) connect(p *agent.Placement) (*Conn, bool, error) {
+// Model.Retry, which updates *p; a failed Retry releases the request itself
+// (*released = true: no Done).
+func (s *Shim) connect(p *agent.Placement, released *bool) (*Conn, bool, error) {
 	ctx := context.Background()
 	up, reused, err := s.pool.Get(ctx, p.Addr)
 	if err == nil {
@@ -80,6 +87,7 @@ func (s *Shim) connect(p *agent.Placement) (*Conn, bool, error) {
 	}
 	next, rerr := s.placer.Retry(*p, time.Now())
 	if rerr != nil {
+		*released = true
 		return nil, false, err
 	}
 	s.stats.retries.Add(1)

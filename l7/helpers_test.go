@@ -1,0 +1,217 @@
+package l7
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// mustSim starts the simulated replicas (fast clock) and stops them at the
+// end of the test.
+func mustSim(tb testing.TB, replicas int, shape string) *sim.Servers {
+	tb.Helper()
+	sv, err := sim.Serve(context.Background(), sim.ServerConfig{
+		Replicas: replicas, Listen: "127.0.0.1:0", Shape: shape, Speed: 200,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { sv.Close() })
+	return sv
+}
+
+// modelConfig is a sticky model over the given replica URLs (shape 1).
+func modelConfig(urls ...string) agent.ModelConfig {
+	return agent.ModelConfig{
+		Name: "m", Frontend: "127.0.0.1:0", Replicas: urls,
+		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
+		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Hour,
+		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
+	}
+}
+
+// mustModel builds the real placement state for mc and checks, when the
+// test ends, that no request is left counted in flight.
+func mustModel(tb testing.TB, mc agent.ModelConfig) *agent.Model {
+	tb.Helper()
+	m, err := agent.NewModel(mc, agent.ModelOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		// The shim's Cleanup (registered later) runs first, so every
+		// exchange has ended by now.
+		if n := m.Status().InFlight; n != 0 {
+			tb.Errorf("in flight after the test: %d, want 0", n)
+		}
+	})
+	return m
+}
+
+// mustShim serves m on a loopback port and returns the shim and address.
+func mustShim(tb testing.TB, m Placer, opts Options) (*Shim, string) {
+	tb.Helper()
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := NewShim(m, opts)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	tb.Cleanup(func() {
+		s.Close()
+		<-done
+	})
+	return s, ln.Addr().String()
+}
+
+// waitInFlight waits until the model counts no request in flight: ending
+// an exchange after a client abort is asynchronous to the test.
+func waitInFlight(tb testing.TB, m *agent.Model) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Status().InFlight != 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("in flight stuck at %d", m.Status().InFlight)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// client is one raw client connection with its own reader.
+type client struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func mustDial(tb testing.TB, addr string) *client {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang fails, not blocks
+	return &client{Conn: c, r: bufio.NewReader(c)}
+}
+
+// send writes raw bytes.
+func (c *client) send(tb testing.TB, s string) {
+	tb.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// response reads one response and its whole body.
+func (c *client) response(tb testing.TB) (*http.Response, string) {
+	tb.Helper()
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("reading body: %v", err)
+	}
+	return resp, string(body)
+}
+
+// readResponse reads a response head, leaving the body to the caller.
+func readResponse(c *client) (*http.Response, error) { return http.ReadResponse(c.r, nil) }
+
+// closed reports whether the server closed the connection (EOF next).
+func (c *client) closed() bool {
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := c.r.ReadByte()
+	return err != nil
+}
+
+// messagesRequest renders an Anthropic streaming request of one session.
+func messagesRequest(session string, turns []string, extra string) string {
+	return messagesRequestN(session, turns, extra, 8)
+}
+
+// messagesRequestN is messagesRequest with max_tokens.
+func messagesRequestN(session string, turns []string, extra string, maxTokens int) string {
+	msgs := make([]map[string]string, len(turns))
+	for i, t := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs[i] = map[string]string{"role": role, "content": t}
+	}
+	body, _ := json.Marshal(map[string]any{
+		"model": "qwen3-4b", "max_tokens": maxTokens, "stream": true, "messages": msgs,
+	})
+	h := "POST /v1/messages HTTP/1.1\r\nHost: warden\r\nContent-Type: application/json\r\n"
+	if session != "" {
+		h += "X-Claude-Code-Session-Id: " + session + "\r\n"
+	}
+	return fmt.Sprintf("%s%sContent-Length: %d\r\n\r\n%s", h, extra, len(body), body)
+}
+
+// requestsDone is how many requests each sim replica has finished.
+func requestsDone(sv *sim.Servers, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = sv.Stats(i).RequestsDone
+	}
+	return out
+}
+
+// rawUpstream is a TCP "replica" that runs fn on each accepted connection,
+// for failure cases a real replica cannot be made to produce on demand.
+func rawUpstream(tb testing.TB, fn func(c net.Conn)) string {
+	tb.Helper()
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fn(c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// readRequestHead consumes one request head on an upstream connection.
+func readRequestHead(c net.Conn) (*Head, []byte, error) {
+	return ReadHead(c, nil)
+}
+
+// deadURL is a loopback address where nothing listens.
+func deadURL(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
