@@ -214,4 +214,3 @@ func deadURL(tb testing.TB) string {
 	ln.Close()
 	return "http://" + addr
 }
-
