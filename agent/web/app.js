@@ -302,6 +302,7 @@
 
   // ---- stats view -------------------------------------------------------------
 
+  const MIN_SLOTS = 60; // the narrowest time axis: 10 min of 10 s bars
   const statsCards = new Map(); // name -> {root, select, summary, prompt, completion, note}
   let chartSeq = 0;
 
@@ -442,6 +443,7 @@
       card.select.append(el('option', { value: String(i), text: 'Replica ' + i }));
     }
     while (card.select.options.length > want) card.select.lastChild.remove();
+    card.root.dataset.step = String(resp.step_seconds);
     const sel = card.select.value;
     const s = sel === 'pooled' ? m.pooled : (m.replicas[Number(sel)] || m.pooled);
 
@@ -454,15 +456,23 @@
       sum.hit_rate == null ? ' (no prefix-cache lookups yet)' :
         ` · ${fmt.int(sum.prompt_cached_tokens)} cached and ${fmt.int(sum.prompt_computed_tokens)} computed of ${fmt.int(prompt)} prompt tokens · ${fmt.int(sum.completion_tokens)} completion tokens`);
 
-    drawBars(card.prompt, s.points, resp.step_seconds, [
+    // Before the warden started there is nothing to draw: start the axis at
+    // its start (but show at least MIN_SLOTS slots), so that a young warden's
+    // bars are not slivers at the right edge of an empty hour.
+    let points = s.points;
+    const started = resp.started_at ? new Date(resp.started_at).getTime() : 0;
+    const firstLive = points.findIndex((p) => new Date(p.t).getTime() + resp.step_seconds * 1000 > started);
+    if (firstLive > 0) points = points.slice(Math.max(0, Math.min(firstLive, points.length - MIN_SLOTS)));
+
+    drawBars(card.prompt, points, resp.step_seconds, [
       { key: 'cached', label: 'cached', fill: '#0072b2', hatch: true, value: (p) => p.prompt_cached_tps },
       { key: 'computed', label: 'computed', fill: '#e69f00', value: (p) => p.prompt_computed_tps },
     ], 'tok/s');
-    drawBars(card.completion, s.points, resp.step_seconds, [
+    drawBars(card.completion, points, resp.step_seconds, [
       { key: 'completion', label: 'completion', fill: '#009e73', value: (p) => p.completion_tps },
     ], 'tok/s');
-    setText(card.note, 'One bar per ' + fmt.dur(resp.step_seconds) + ' from the replicas\' own counters: cached = delta of prefix-cache hits, ' +
-      'computed = delta of prompt tokens minus hits. The bar in progress appears when its ' + fmt.dur(resp.step_seconds) + ' are complete.');
+    setText(card.note, 'One bar per ' + fmt.dur(resp.step_seconds) + ', from the replicas\' own counters: cached = delta of prefix-cache hits, ' +
+      'computed = delta of prompt tokens minus hits. The current ' + fmt.dur(resp.step_seconds) + ' are drawn once complete.');
   }
 
   async function refreshStats() {

@@ -1,0 +1,576 @@
+//go:build dashboardwip
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// The dashboard test drives a real browser (Debian's chromium, headless)
+// against the real thing: four simulated replicas, the warden with its
+// admin server and the dashboard, and the userspace shim in front, with
+// sessions sent through the shim's frontend.
+
+const (
+	chromiumPath   = "/usr/bin/chromium"
+	dashboardModel = "qwen3-4b"
+	// seriesStep replaces the 10 s resolution so bars appear within seconds.
+	seriesStep = time.Second
+)
+
+func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
+	env := mustDashboardEnv(t)
+	sent := env.sendSessions(t, 6, 3)
+	env.waitStill(t, sent)
+
+	ctx := mustBrowser(t)
+	mustDo(t, ctx, chromedp.Navigate(env.admin+"/#models"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-model="`+dashboardModel+`"] [data-replica-row]`)))
+
+	t.Run("models card equals GET /api/v1/models", func(t *testing.T) {
+		card := waitCardMatchesAPI(t, ctx, env)
+		if len(card.Rows) != 4 {
+			t.Fatalf("replica rows = %d, want 4", len(card.Rows))
+		}
+		if card.Since == "" {
+			t.Errorf("no counters-since line")
+		}
+		saveScreenshot(t, ctx, "dashboard-models.png")
+	})
+
+	t.Run("affinity switch turns affinity off through the API", func(t *testing.T) {
+		// Accept the confirmation dialog the switch opens.
+		dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+		var asked sync.WaitGroup
+		asked.Add(1)
+		go func() {
+			for ev, err := range dialogs {
+				if err != nil {
+					return
+				}
+				t.Logf("dialog: %q", firstLine(ev.Message))
+				if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}); err != nil {
+					t.Errorf("accept dialog: %v", err)
+				}
+				asked.Done()
+				return
+			}
+		}()
+		mustDo(t, ctx, chromedp.Click(chromedp.CSS(`[data-affinity-switch="`+dashboardModel+`"]`)))
+		asked.Wait()
+		waitFor(t, 10*time.Second, "affinity off in the API", func() bool {
+			return !env.model(t).Affinity
+		})
+		waitFor(t, 10*time.Second, "the pill to say Affinity off", func() bool {
+			txt := mustRun(t, ctx, chromedp.Evaluate[string](`document.querySelector('[data-model="`+dashboardModel+`"] [data-pill="affinity"]').textContent`))
+			return txt == "Affinity off"
+		})
+		saveScreenshot(t, ctx, "dashboard-models-affinity-off.png")
+	})
+
+	t.Run("stats page has bars for the traffic sent", func(t *testing.T) {
+		mustDo(t, ctx, chromedp.Navigate(env.admin+"/#stats"),
+			chromedp.WaitVisible(chromedp.CSS(`[data-stats-model="`+dashboardModel+`"] [data-chart="prompt"] [data-bar]`)))
+		bars := mustRun(t, ctx, chromedp.Evaluate[chartSums](chartSumsJS))
+		t.Logf("bars: %d prompt, %d completion; step %v s", bars.PromptBars, bars.CompletionBars, bars.Step)
+		if bars.PromptBars == 0 || bars.CompletionBars == 0 {
+			t.Fatalf("bars = %+v, want bars in both charts", bars)
+		}
+		// Every token the replicas counted is in the bars: the warden read
+		// the baseline before the first request.
+		if !near(bars.Cached, sent.hits) {
+			t.Errorf("cached tokens in the bars = %.1f, want the replicas' prefix-cache hits %.0f", bars.Cached, sent.hits)
+		}
+		if bars.Cached+bars.Computed < sent.promptTokens-0.5 {
+			t.Errorf("prompt tokens in the bars = %.1f, want at least the %.0f sent", bars.Cached+bars.Computed, sent.promptTokens)
+		}
+		if !near(bars.Completion, sent.completionTokens) {
+			t.Errorf("completion tokens in the bars = %.1f, want the %.0f received", bars.Completion, sent.completionTokens)
+		}
+		if bars.Hatched == 0 {
+			t.Errorf("no hatched (cached) bar segment")
+		}
+		if !strings.HasPrefix(bars.Summary, "Cache hit over the last hour: ") || !strings.Contains(bars.Summary, "%") {
+			t.Errorf("summary = %q, want the cache hit over the last hour in %%", bars.Summary)
+		}
+		saveScreenshot(t, ctx, "dashboard-stats.png")
+	})
+}
+
+// ---- the system under test ----------------------------------------------------
+
+type dashboardEnv struct {
+	sim      *sim.Servers
+	warden   *agent.Warden
+	frontend string // http://host:port of the shim
+	admin    string // http://host:port of the admin server
+}
+
+func mustDashboardEnv(tb testing.TB) *dashboardEnv {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+
+	servers, err := sim.Serve(ctx, sim.ServerConfig{Replicas: 4, Listen: "127.0.0.1:0", Speed: 50, Model: dashboardModel})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { servers.Close() })
+
+	ln, err := l7.Listen("127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var yaml strings.Builder
+	fmt.Fprintf(&yaml, "admin: 127.0.0.1:0\ndatapath: user\npoll_interval: 100ms\nhit_rate_window: 10m\nmodels:\n")
+	fmt.Fprintf(&yaml, "  - name: %s\n    frontend: %s\n    affinity: true\n    spill_threshold: 8\n    replicas:\n", dashboardModel, ln.Addr())
+	for _, u := range servers.URLs() {
+		fmt.Fprintf(&yaml, "      - %s\n", u)
+	}
+	cfg, err := agent.ParseConfig([]byte(yaml.String()))
+	if err != nil {
+		tb.Fatalf("config: %v\n%s", err, yaml.String())
+	}
+	w, err := agent.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.TokenSeries().SetStep(seriesStep)
+	w.Handle("GET /", agent.DashboardHandler())
+	if err := w.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { w.Close() })
+
+	shim := l7.NewShim(w.Model(dashboardModel), l7.Options{})
+	go shim.Serve(ln)
+	tb.Cleanup(func() { shim.Close() })
+
+	env := &dashboardEnv{sim: servers, warden: w, frontend: "http://" + ln.Addr().String(), admin: "http://" + w.AdminAddr()}
+	// The token series count from each replica's first read (a baseline):
+	// send nothing before every replica has been read once.
+	waitFor(tb, 10*time.Second, "a first poll of every replica", func() bool {
+		for _, r := range env.model(tb).Replicas {
+			if r.ObservedAt == nil {
+				return false
+			}
+		}
+		return true
+	})
+	return env
+}
+
+func (env *dashboardEnv) model(tb testing.TB) agent.ModelStatus {
+	tb.Helper()
+	var resp agent.ModelsResponse
+	mustGetJSON(tb, env.admin+"/api/v1/models", &resp)
+	for _, m := range resp.Models {
+		if m.Name == dashboardModel {
+			return m
+		}
+	}
+	tb.Fatalf("model %s not in GET /api/v1/models", dashboardModel)
+	return agent.ModelStatus{}
+}
+
+// traffic is what the client side saw, to hold the charts against.
+type traffic struct {
+	requests                       int
+	promptTokens, completionTokens float64
+	hits                           float64 // the replicas' own prefix-cache hit counters, summed
+}
+
+// sendSessions runs sessions of turns each, a few at a time, through the
+// shim: every turn resends the history plus a new user message, as an agent
+// does, with the session id header.
+func (env *dashboardEnv) sendSessions(tb testing.TB, sessions, turns int) traffic {
+	tb.Helper()
+	system := strings.Repeat("You are a careful coding agent. Follow the repository's style. ", 60)
+	var (
+		mu  sync.Mutex
+		out traffic
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, 3)
+	)
+	for s := range sessions {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rng := rand.New(rand.NewPCG(uint64(s), 7))
+			id := fmt.Sprintf("dash-%08x-%04d", rng.Uint32(), s)
+			msgs := []map[string]string{{"role": "system", "content": system}}
+			for turn := range turns {
+				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("session %d turn %d: %s", s, turn, words(rng, 300+rng.IntN(200)))})
+				var resp struct {
+					Choices []struct {
+						Message struct{ Content string } `json:"message"`
+					} `json:"choices"`
+					Usage struct {
+						PromptTokens     float64 `json:"prompt_tokens"`
+						CompletionTokens float64 `json:"completion_tokens"`
+					} `json:"usage"`
+				}
+				body, _ := json.Marshal(map[string]any{"model": dashboardModel, "messages": msgs, "max_tokens": 24 + rng.IntN(24)})
+				req, _ := http.NewRequest(http.MethodPost, env.frontend+"/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Claude-Code-Session-Id", id)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					tb.Errorf("session %d turn %d: %v", s, turn, err)
+					return
+				}
+				err = json.NewDecoder(res.Body).Decode(&resp)
+				res.Body.Close()
+				if err != nil || res.StatusCode != http.StatusOK || len(resp.Choices) == 0 {
+					tb.Errorf("session %d turn %d: status %d, %v", s, turn, res.StatusCode, err)
+					return
+				}
+				mu.Lock()
+				out.requests++
+				out.promptTokens += resp.Usage.PromptTokens
+				out.completionTokens += resp.Usage.CompletionTokens
+				mu.Unlock()
+				msgs = append(msgs, map[string]string{"role": "assistant", "content": resp.Choices[0].Message.Content})
+			}
+		})
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	for i := range 4 {
+		out.hits += float64(env.sim.Stats(i).PrefixHits)
+	}
+	tb.Logf("sent %d requests: %.0f prompt tokens (%.0f prefix-cache hits), %.0f completion tokens", out.requests, out.promptTokens, out.hits, out.completionTokens)
+	return out
+}
+
+// waitStill waits until the warden has seen the end of the traffic: nothing
+// in flight, the replicas idle, and the token series holding every token in
+// complete slots. From then on the API's values no longer change.
+func (env *dashboardEnv) waitStill(tb testing.TB, sent traffic) {
+	tb.Helper()
+	waitFor(tb, 30*time.Second, "the warden to see the traffic end", func() bool {
+		m := env.model(tb)
+		if m.InFlight != 0 {
+			return false
+		}
+		for _, r := range m.Replicas {
+			if r.InFlight != 0 || r.Running != 0 || r.Waiting != 0 {
+				return false
+			}
+		}
+		var st agent.StatsResponse
+		mustGetJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
+		for _, sm := range st.Models {
+			if sm.Name == dashboardModel {
+				return near(sm.Pooled.Summary.CompletionTokens, sent.completionTokens)
+			}
+		}
+		return false
+	})
+}
+
+// ---- reading the page ------------------------------------------------------------
+
+type pageCard struct {
+	Pills map[string]pageValue `json:"pills"`
+	Rows  []map[string]pageValue
+	Since string `json:"since"`
+}
+
+type pageValue struct {
+	Text  string `json:"text"`
+	Value string `json:"value"`
+}
+
+const readCardJS = `(() => {
+  const card = document.querySelector('[data-model="` + dashboardModel + `"]');
+  const val = (e) => ({text: e.textContent.trim(), value: e.dataset.value ?? ''});
+  const pills = {};
+  for (const p of card.querySelectorAll('[data-pill]')) pills[p.dataset.pill] = val(p);
+  const rows = [...card.querySelectorAll('[data-replica-row]')].map((tr) => {
+    const row = {};
+    for (const td of tr.querySelectorAll('[data-field]')) row[td.dataset.field] = val(td);
+    return row;
+  });
+  return {pills, rows, since: document.querySelector('[data-since]').textContent};
+})()`
+
+// waitCardMatchesAPI reads the card until it equals the API (the page
+// refreshes every 2 s, so it may lag one refresh behind).
+func waitCardMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv) pageCard {
+	tb.Helper()
+	var card pageCard
+	var diffs []string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		before := env.model(tb)
+		card = mustRun(tb, ctx, chromedp.Evaluate[pageCard](readCardJS))
+		after := env.model(tb)
+		diffs = compareCard(card, after)
+		if len(diffs) == 0 && sameNumbers(before, after) {
+			return card
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the card does not match GET /api/v1/models:\n  %s", strings.Join(diffs, "\n  "))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func compareCard(card pageCard, m agent.ModelStatus) []string {
+	var diffs []string
+	check := func(what, got, want string) {
+		if got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: page %q, API %q", what, got, want))
+		}
+	}
+	onOff := map[bool]string{true: "on", false: "off"}
+	check("affinity pill", card.Pills["affinity"].Text, "Affinity "+onOff[m.Affinity])
+	spill := "Spill threshold " + groupThousands(float64(m.Spill))
+	if m.SpillAuto {
+		spill += " (auto)"
+	}
+	check("spill pill", card.Pills["spill_threshold"].Text, spill)
+	checkPercentText(&diffs, "sticky pill", strings.TrimPrefix(card.Pills["sticky"].Text, "Sticky "), m.StickyShare)
+	check("in-flight pill", card.Pills["in_flight"].Text, "In flight "+groupThousands(float64(m.InFlight)))
+	if len(card.Rows) != len(m.Replicas) {
+		return append(diffs, fmt.Sprintf("rows: page %d, API %d", len(card.Rows), len(m.Replicas)))
+	}
+	for i, r := range m.Replicas {
+		row := card.Rows[i]
+		at := func(f string) string { return fmt.Sprintf("replica %d %s", i, f) }
+		check(at("index"), row["replica"].Value, strconv.Itoa(r.Index))
+		ints := map[string]float64{
+			"in_flight": float64(r.InFlight), "sticky": float64(r.Sticky), "spilled_in": float64(r.SpilledIn),
+			"client_pinned": float64(r.ClientPinned), "running": r.Running, "waiting": r.Waiting,
+		}
+		for f, v := range ints {
+			checkValue(&diffs, at(f), row[f].Value, v)
+			check(at(f)+" text", row[f].Text, groupThousands(v))
+		}
+		checkValue(&diffs, at("kv_used"), row["kv_used"].Value, r.KVUsed)
+		checkPercentText(&diffs, at("kv_used"), row["kv_used"].Text, r.KVUsed)
+		if r.HitRateKnown {
+			checkValue(&diffs, at("prefix_hit_rate"), row["prefix_hit_rate"].Value, r.PrefixHitRate)
+			checkPercentText(&diffs, at("prefix_hit_rate"), row["prefix_hit_rate"].Text, r.PrefixHitRate)
+		} else {
+			check(at("prefix_hit_rate")+" text", row["prefix_hit_rate"].Text, "–")
+		}
+		check(at("healthy"), row["healthy"].Value, strconv.FormatBool(r.Healthy))
+	}
+	return diffs
+}
+
+// checkValue compares the raw API value the page keeps in data-value.
+func checkValue(diffs *[]string, what, pageValue string, want float64) {
+	got, err := strconv.ParseFloat(pageValue, 64)
+	if err != nil || got != want {
+		*diffs = append(*diffs, fmt.Sprintf("%s value: page %q, API %v", what, pageValue, want))
+	}
+}
+
+// checkPercentText: the page shows one decimal; allow the last digit's
+// rounding to differ between JavaScript and Go.
+func checkPercentText(diffs *[]string, what, text string, share float64) {
+	got, err := strconv.ParseFloat(strings.TrimSuffix(text, "%"), 64)
+	if err != nil || !strings.HasSuffix(text, "%") || math.Abs(got-share*100) > 0.051 {
+		*diffs = append(*diffs, fmt.Sprintf("%s text: page %q, API %v", what, text, share))
+	}
+}
+
+func sameNumbers(a, b agent.ModelStatus) bool {
+	ja, _ := json.Marshal(stripTimes(a))
+	jb, _ := json.Marshal(stripTimes(b))
+	return bytes.Equal(ja, jb)
+}
+
+func stripTimes(m agent.ModelStatus) agent.ModelStatus {
+	m.Replicas = append([]agent.ReplicaStatus(nil), m.Replicas...)
+	for i := range m.Replicas {
+		m.Replicas[i].ObservedAt = nil
+	}
+	return m
+}
+
+// chartSums adds up the bars of the stats page (tokens, not rates).
+type chartSums struct {
+	PromptBars, CompletionBars int
+	Hatched                    int
+	Step                       float64
+	Cached, Computed           float64
+	Completion                 float64
+	Summary                    string
+}
+
+const chartSumsJS = `(() => {
+  const card = document.querySelector('[data-stats-model="` + dashboardModel + `"]');
+  const prompt = [...card.querySelectorAll('[data-chart="prompt"] [data-bar]')];
+  const completion = [...card.querySelectorAll('[data-chart="completion"] [data-bar]')];
+  const step = Number(card.dataset.step);
+  const sum = (bars, key) => bars.reduce((a, g) => a + Number(g.dataset[key] || 0), 0) * step;
+  return {
+    PromptBars: prompt.length, CompletionBars: completion.length, Step: step,
+    Hatched: card.querySelectorAll('[data-chart="prompt"] rect[data-series="cached"][fill^="url("]').length,
+    Cached: sum(prompt, 'cached'), Computed: sum(prompt, 'computed'), Completion: sum(completion, 'completion'),
+    Summary: card.querySelector('[data-summary]').textContent,
+  };
+})()`
+
+// ---- browser -------------------------------------------------------------------------
+
+// mustBrowser starts headless chromium with a fresh profile. No chromium:
+// skip, unless CI is set (CI installs it, so then it is a failure).
+func mustBrowser(tb testing.TB) context.Context {
+	tb.Helper()
+	if _, err := exec.LookPath(chromiumPath); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("CI is set and %s is missing (scripts/deps.sh installs it): %v", chromiumPath, err)
+		}
+		tb.Skipf("%s not installed (scripts/deps.sh installs it)", chromiumPath)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.UserDataDir(tb.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	tb.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	// The first Do starts the browser, which lives as long as the context of
+	// that call: so no timeout here.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		tb.Fatalf("start %s: %v", chromiumPath, err)
+	}
+	return ctx
+}
+
+func mustDo(tb testing.TB, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	tb.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func mustRun[T any](tb testing.TB, ctx context.Context, a chromedp.Action[T]) T {
+	tb.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, a)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// saveScreenshot writes a full-page PNG into the test's artifact directory
+// (kept with go test -artifacts, else a temp dir) and logs its path.
+func saveScreenshot(tb testing.TB, ctx context.Context, name string) {
+	tb.Helper()
+	png := mustRun(tb, ctx, chromedp.FullScreenshot(100))
+	dir := tb.TempDir()
+	if t, ok := tb.(*testing.T); ok {
+		dir = t.ArtifactDir()
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("screenshot: %s", path)
+}
+
+// ---- small helpers ---------------------------------------------------------------------
+
+func mustGetJSON(tb testing.TB, url string, v any) {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+func waitFor(tb testing.TB, limit time.Duration, what string, ok func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("gave up after %v waiting for %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 0.5+1e-9*math.Abs(b) }
+
+// groupThousands formats like the page: 12,345.
+func groupThousands(v float64) string {
+	s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+func words(rng *rand.Rand, n int) string {
+	vocab := []string{"parse", "the", "config", "file", "and", "return", "an", "error", "when", "field", "is", "missing", "test", "handler", "socket", "buffer"}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(vocab[rng.IntN(len(vocab))])
+	}
+	return b.String()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
