@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+func init() {
+	register("sessions", "list live sessions (keyed hashes only) from a running warden", func(args []string) error {
+		return runSessions(args, os.Stdout)
+	})
+}
+
+// sessionsFlags are the flags of `lmwarden sessions`; a source other than
+// the admin API (the pinned BPF map, say) adds its flag here and fills the
+// same rows.
+type sessionsFlags struct {
+	admin  string
+	model  string
+	limit  int
+	asJSON bool
+}
+
+func runSessions(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
+	var f sessionsFlags
+	fs.StringVar(&f.admin, "admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	fs.StringVar(&f.model, "model", "", "list only this model's sessions")
+	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if f.limit < 0 {
+		return fmt.Errorf("%w: --limit must be >= 0", errUsage)
+	}
+	resp, err := sessionsFromAdmin(f)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(resp)
+	}
+	printSessions(out, resp, time.Now())
+	return nil
+}
+
+func sessionsFromAdmin(f sessionsFlags) (agent.SessionsResponse, error) {
+	q := url.Values{}
+	q.Set("limit", strconv.Itoa(f.limit))
+	if f.model != "" {
+		q.Set("model", f.model)
+	}
+	var resp agent.SessionsResponse
+	err := getAdminJSON(f.admin, "/api/v1/sessions?"+q.Encode(), &resp)
+	return resp, err
+}
+
+// printSessions writes one aligned row per session and a count line.
+func printSessions(out io.Writer, resp agent.SessionsResponse, now time.Time) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tSESSION-HASH\tREPLICA\tTURNS\tLAST-SEEN\tIDLE")
+	for _, s := range resp.Sessions {
+		idle := now.Sub(s.LastSeen).Truncate(time.Second)
+		if idle < 0 {
+			idle = 0
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Model, s.Hash, s.Replica, s.Turns,
+			s.LastSeen.Local().Format(time.DateTime), idle)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "%d of %d live sessions\n", len(resp.Sessions), resp.Total)
+}

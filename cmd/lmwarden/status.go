@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+func init() {
+	register("status", "show models and replicas from a running warden's admin API", func(args []string) error {
+		return runStatus(args, os.Stdout)
+	})
+}
+
+// runStatus prints GET /api/v1/models as two aligned tables: models, then
+// one row per replica.
+func runStatus(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	admin := fs.String("admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	model := fs.String("model", "", "show only this model")
+	asJSON := fs.Bool("json", false, "print the admin API's JSON as is")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var resp agent.ModelsResponse
+	if err := getAdminJSON(*admin, "/api/v1/models", &resp); err != nil {
+		return err
+	}
+	models := resp.Models[:0]
+	for _, m := range resp.Models {
+		if *model == "" || m.Name == *model {
+			models = append(models, m)
+		}
+	}
+	if *model != "" && len(models) == 0 {
+		return fmt.Errorf("no model %q", *model)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(agent.ModelsResponse{Models: models})
+	}
+	printStatus(out, models)
+	return nil
+}
+
+func printStatus(out io.Writer, models []agent.ModelStatus) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tFRONTEND\tAFFINITY\tPOLICY\tSPILL\tSTICKY\tIN-FLIGHT\tSESSIONS\tUNAFFINED\tINVALID-PINS")
+	for _, m := range models {
+		spill := fmt.Sprint(m.Spill)
+		if m.SpillAuto {
+			spill += " (auto)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", m.Name, m.Frontend, onOff(m.Affinity),
+			m.Effective, spill, share(m), m.InFlight, m.Sessions, m.Unaffined, m.InvalidPins)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "MODEL\tREPLICA\tURL\tHEALTHY\tIN-FLIGHT\tSESSIONS\tSTICKY\tSPILLED-IN\tCLIENT-PINNED\tRUNNING\tWAITING\tKV-USED\tHIT-RATE")
+	for _, m := range models {
+		for _, r := range m.Replicas {
+			hit := "-"
+			if r.HitRateKnown {
+				hit = fmt.Sprintf("%.1f%%", 100*r.PrefixHitRate)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%g\t%g\t%.1f%%\t%s\n", m.Name, r.Index, r.URL,
+				yesNo(r.Healthy), r.InFlight, r.Sessions, r.Sticky, r.SpilledIn, r.ClientPinned,
+				r.Running, r.Waiting, 100*r.KVUsed, hit)
+		}
+	}
+	tw.Flush()
+}
+
+func share(m agent.ModelStatus) string {
+	if m.Stayed+m.Moved == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*m.StickyShare)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// getAdminJSON GETs path from the admin API and decodes the JSON body.
+// admin is host:port (the --admin flag) or a full http:// URL.
+func getAdminJSON(admin, path string, v any) error {
+	base := admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(strings.TrimRight(base, "/") + path)
+	if err != nil {
+		return fmt.Errorf("%w: --admin %q: %v", errUsage, admin, err)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(u.String())
+	if err != nil {
+		return fmt.Errorf("admin API at %s: %w (is `lmwarden serve` running?)", admin, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("admin API %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("admin API %s: %w", u, err)
+	}
+	return nil
+}

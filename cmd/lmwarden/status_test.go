@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// mustAdminWarden runs a warden with two sim replicas and an admin server
+// on a free loopback port, and places a few requests.
+func mustAdminWarden(tb testing.TB) *agent.Warden {
+	tb.Helper()
+	s, err := sim.Serve(context.Background(), sim.ServerConfig{Replicas: 2, Listen: "127.0.0.1:0", Speed: 50})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	cfg := agent.DefaultConfig()
+	if err := cfg.ApplyFlags("127.0.0.1:18080", "127.0.0.1:0", "user", s.URLs()); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := agent.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { w.Close() })
+	m := w.Models()[0]
+	for i := range 3 {
+		p, err := m.Place(agent.Request{SessionID: "cli-session", Now: time.Now()})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if i < 2 {
+			m.Done(p, time.Now())
+		}
+	}
+	return w
+}
+
+func TestStatusPrintsModelAndReplicaTables(t *testing.T) {
+	w := mustAdminWarden(t)
+	var out bytes.Buffer
+	if err := runStatus([]string{"--admin", w.AdminAddr()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"MODEL", "AFFINITY", "STICKY", "HIT-RATE", "default", "127.0.0.1:18080", "100.0%", "sticky"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status output lacks %q:\n%s", want, text)
+		}
+	}
+	if lines := strings.Count(text, "\n"); lines != 6 { // header, model, blank, header, 2 replicas
+		t.Errorf("%d lines:\n%s", lines, text)
+	}
+}
+
+func TestStatusReportsUnreachableAdmin(t *testing.T) {
+	err := runStatus([]string{"--admin", "127.0.0.1:1"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "lmwarden serve") {
+		t.Errorf("error %v", err)
+	}
+	if err := runStatus([]string{"extra"}, &bytes.Buffer{}); !errors.Is(err, errUsage) {
+		t.Errorf("extra argument: %v", err)
+	}
+}
