@@ -159,6 +159,8 @@ func (m *Model) Place(r Request) (Placement, error) {
 	if r.SessionID != "" {
 		h = m.hasher.Hash(r.SessionID)
 		pos = m.sessions.lookup(h, now)
+	} else {
+		m.unaffined++ // whatever decides, a request without a session id is unaffined
 	}
 
 	if r.PinnedHeader != "" {
@@ -207,7 +209,6 @@ func (m *Model) Place(r Request) (Placement, error) {
 
 	switch {
 	case h == 0:
-		m.unaffined++
 		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now), nil
 	case pos < 0:
 		i := m.leastLoaded(-1)

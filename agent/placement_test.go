@@ -284,3 +284,64 @@ func TestEveryPolicyPlacesOnlyOnHealthyReplicas(t *testing.T) {
 		}
 	}
 }
+
+// recordingSink keeps what a kernel mirror would hold.
+type recordingSink struct {
+	entries map[uint64]int
+	deletes int
+}
+
+func (s *recordingSink) Upsert(h uint64, replica int) { s.entries[h] = replica }
+func (s *recordingSink) Delete(h uint64)              { delete(s.entries, h); s.deletes++ }
+
+func TestSessionSinkMirrorsPinsRepinsAndExpiry(t *testing.T) {
+	sink := &recordingSink{entries: map[uint64]int{}}
+	mc := defaultModel("m")
+	mc.Frontend = "127.0.0.1:8000"
+	mc.Replicas = []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}
+	mc.SessionTTL = time.Minute
+	m, err := NewModel(mc, ModelOptions{Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlace(t, m, Request{SessionID: "a", Now: epoch})
+	m.Done(p, epoch)
+	if got, ok := sink.entries[p.SessionHash]; !ok || got != p.Replica {
+		t.Fatalf("sink after pin: %v", sink.entries)
+	}
+	m.SetHealthy(p.Replica, false)
+	q := mustPlace(t, m, Request{SessionID: "a", Now: epoch})
+	m.Done(q, epoch)
+	if sink.entries[p.SessionHash] != q.Replica || q.Replica == p.Replica {
+		t.Fatalf("sink after repin: %v", sink.entries)
+	}
+	m.ExpireIdle(epoch.Add(2*time.Minute), 0)
+	if len(sink.entries) != 0 || sink.deletes != 1 {
+		t.Fatalf("sink after expiry: %v, %d deletes", sink.entries, sink.deletes)
+	}
+}
+
+func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
+	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{Auto: true} })
+	if st := m.Status(); st.Spill != DefaultSpillThreshold || !st.SpillAuto {
+		t.Fatalf("before any signal: %d", st.Spill)
+	}
+	// KV capacity over mean prompt size: 40,000 tokens / 10,000 tokens.
+	for i := range 4 {
+		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000}, epoch)
+	}
+	p := mustPlace(t, m, Request{SessionID: "s", PromptBytes: 40_000, Now: epoch})
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 4 {
+		t.Fatalf("from KV capacity: %d, want 4", got)
+	}
+	// Saturation seen: 3 running while others wait.
+	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 3, Waiting: 2, KVCapacityTokens: 40_000}, epoch)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 3 {
+		t.Fatalf("from saturation: %d, want 3", got)
+	}
+	mustPlace(t, m, Request{SessionID: "s", Now: epoch})
+	mustPlace(t, m, Request{SessionID: "s", Now: epoch})
+	if q := mustPlace(t, m, Request{SessionID: "s", Now: epoch}); q.Kind != KindSpilled {
+		t.Fatalf("fourth request with 3 in flight: %v, want spilled", q.Kind)
+	}
+}
