@@ -268,7 +268,7 @@ func statusText(code int) string {
 // raw session id (only the model's keyed hash of it).
 func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.Time, err error) []any {
 	a := []any{
-		"model", x.Model, "replica", p.Replica, "kind", p.Kind.String(),
+		"replica", p.Replica, "kind", p.Kind.String(),
 		"session", strconv.FormatUint(p.SessionHash, 16), "method", x.Request.Method,
 		"status", status, "up_bytes", x.BodyBytesUp, "down_bytes", x.BodyBytesDown,
 		"duration", time.Since(start),

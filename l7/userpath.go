@@ -73,7 +73,9 @@ func (u *UserPath) RelayRequestBody(x *Exchange) error {
 		n, err = copyChunked(x.Upstream, x.Client, x)
 	}
 	x.BodyBytesUp += n
-	u.counters(x).up.Add(uint64(n))
+	// Count what the shim sent along with the head too: all of the body
+	// crossed this process.
+	u.counters(x).up.Add(uint64(x.BodyBytesUp))
 	return err
 }
 

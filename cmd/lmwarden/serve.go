@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7"
+)
+
+func init() {
+	register("serve", "run the warden: frontends, placement, metrics poller, admin API", runServe)
+}
+
+// repeatedFlag collects a flag given several times (--replica).
+type repeatedFlag []string
+
+func (r *repeatedFlag) String() string { return strings.Join(*r, ",") }
+func (r *repeatedFlag) Set(v string) error {
+	*r = append(*r, v)
+	return nil
+}
+
+var errKernelDatapath = errors.New("the kernel datapath is not built yet; run with --datapath user (or auto)")
+
+func runServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	config := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
+	listen := fs.String("listen", "", "frontend address clients connect to (overrides the only model's frontend)")
+	admin := fs.String("admin", "", "admin API address (default "+agent.DefaultAdmin+"; off disables it)")
+	var replicas repeatedFlag
+	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
+	datapath := fs.String("datapath", "", "auto, kernel or user (default: the config's, else auto)")
+	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
+	logLevel := fs.String("log-level", "info", "debug (one line a request), info, warn or error")
+	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
+	responseTimeout := fs.Duration("response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%v: %w", err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %w", *logLevel, errUsage)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := serveConfig(*config, *listen, *admin, *datapath, *policy, replicas)
+	if err != nil {
+		return err
+	}
+	dp, err := chooseDatapath(cfg.Datapath, log)
+	if err != nil {
+		return err
+	}
+
+	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Frontends first: a port that is taken fails the start before anything runs.
+	upstreams := l7.NewUpstreams(3*time.Second, 4*time.Second, 32)
+	var shims []*l7.Shim
+	serveErr := make(chan error, len(w.Models()))
+	closeShims := func() {
+		var wg sync.WaitGroup
+		for _, s := range shims {
+			wg.Go(func() {
+				if err := s.Close(); err != nil {
+					log.Warn("shutdown", "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, m := range w.Models() {
+		ln, err := l7.Listen(m.Frontend())
+		if err != nil {
+			closeShims()
+			return fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
+		}
+		s := l7.NewShim(m, l7.Options{
+			Datapath: dp, Upstreams: upstreams, Logger: log,
+			ShutdownTimeout: *shutdown, ResponseTimeout: *responseTimeout,
+		})
+		shims = append(shims, s)
+		go func() { serveErr <- s.Serve(ln) }()
+		log.Info("serving", "model", m.Name(), "frontend", ln.Addr().String(),
+			"shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())
+	}
+	w.Registry().MustRegister(l7.NewCollector(shims...))
+	if err := w.Start(ctx); err != nil {
+		closeShims()
+		return err
+	}
+	if a := w.AdminAddr(); a != "" {
+		log.Info("admin API", "addr", a)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", *shutdown)
+		err = nil
+	case err = <-serveErr:
+		log.Error("frontend failed", "err", err)
+	}
+	closeShims()
+	if cerr := w.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// serveConfig loads the file (or builds a one-model config from flags) and
+// applies the flag overrides.
+func serveConfig(path, listen, admin, datapath, policy string, replicas []string) (*agent.Config, error) {
+	var cfg *agent.Config
+	if path != "" {
+		c, err := agent.LoadConfig(path)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	} else {
+		if listen == "" || len(replicas) == 0 {
+			return nil, fmt.Errorf("without --config, give --listen and at least one --replica: %w", errUsage)
+		}
+		cfg = agent.DefaultConfig()
+	}
+	if admin == "off" {
+		cfg.Admin, admin = "", ""
+	}
+	if policy != "" {
+		for i := range cfg.Models {
+			cfg.Models[i].Policy = agent.Policy(policy)
+		}
+	}
+	if err := cfg.ApplyFlags(listen, admin, datapath, replicas); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// chooseDatapath resolves --datapath. Only the userspace datapath exists
+// so far; kernel fails clearly, auto says why it chose user.
+func chooseDatapath(mode string, log *slog.Logger) (l7.Datapath, error) {
+	switch mode {
+	case "user":
+		return l7.NewUserPath(), nil
+	case "kernel":
+		return nil, errKernelDatapath
+	default:
+		log.Info("datapath: user", "reason", "auto: the kernel datapath (sockmap) is not built into this binary yet")
+		return l7.NewUserPath(), nil
+	}
+}
+
+func shapeOf(m *agent.Model) string {
+	if m.OneEndpoint() {
+		return "endpoint"
+	}
+	return "replicas"
+}
+
+func servePolicyNames() string {
+	var names []string
+	for _, p := range agent.Policies() {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ", ")
+}
