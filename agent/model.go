@@ -358,8 +358,8 @@ func (m *Model) ExpireIdle(now time.Time, budget int) int {
 // (0: all).
 func (m *Model) Sessions(now time.Time, limit int) []SessionInfo {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := m.sessions.snapshot(m.cfg.Name, now.UnixNano(), 0)
+	m.mu.Unlock()
 	sort.Slice(out, func(a, b int) bool { return out[a].LastSeen.After(out[b].LastSeen) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]

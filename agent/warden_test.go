@@ -271,3 +271,32 @@ func freePort(tb testing.TB) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+func TestSpillShowsInAdminCountersAndSessionStaysPinned(t *testing.T) {
+	s := mustSim(t, sim.ServerConfig{Replicas: 3})
+	mc := simModel("m", s, sim.ShapePorts)
+	mc.SpillThreshold = SpillThreshold{N: 2}
+	w := mustWarden(t, mc)
+	m := w.Models()[0]
+	now := time.Now()
+	a, _ := m.Place(Request{SessionID: "busy", Now: now})
+	b, _ := m.Place(Request{SessionID: "busy", Now: now})
+	c, err := m.Place(Request{SessionID: "busy", Now: now})
+	if err != nil || c.Kind != KindSpilled || c.Replica == a.Replica || b.Replica != a.Replica {
+		t.Fatalf("a %+v b %+v c %+v %v", a, b, c, err)
+	}
+	mustSend(t, m, c, "busy", 2)
+	var resp ModelsResponse
+	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/models", &resp)
+	st := resp.Models[0]
+	if st.Replicas[c.Replica].SpilledIn != 1 || st.Replicas[a.Replica].Sessions != 1 || st.Replicas[c.Replica].Sessions != 0 || st.InFlight != 2 {
+		t.Errorf("admin view after a spill: %+v", st)
+	}
+	var sess SessionsResponse
+	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/sessions", &sess)
+	if len(sess.Sessions) != 1 || sess.Sessions[0].Replica != a.Replica || sess.Sessions[0].Turns != 3 {
+		t.Errorf("session after a spill: %+v", sess.Sessions)
+	}
+	m.Done(a, now)
+	m.Done(b, now)
+}
