@@ -21,8 +21,7 @@ import (
 //	GET /api/v1/sessions?model=&limit=    live sessions, hashes only, newest first
 //	GET /api/v1/stats?window=1h           token time series (dashboard)
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
-//
-// "GET /" is left free for the dashboard: mount it with Handle.
+//	GET /                                 the dashboard (dashboard.go, web/)
 
 // ModelsResponse is the body of GET /api/v1/models.
 type ModelsResponse struct {
@@ -53,6 +52,7 @@ func (w *Warden) routes() {
 	w.mux.HandleFunc("GET /api/v1/sessions", w.handleSessions)
 	w.mux.Handle("GET /api/v1/stats", StatsHandler(w.series))
 	w.mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
+	w.mux.Handle("GET /", DashboardHandler()) // dashboard.go: the embedded web/ files
 }
 
 // Handle registers another handler on the admin server (the dashboard at
