@@ -1,5 +1,3 @@
-//go:build dashboardwip
-
 package agent_test
 
 import (
@@ -157,7 +155,6 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 		tb.Fatal(err)
 	}
 	w.TokenSeries().SetStep(seriesStep)
-	w.Handle("GET /", agent.DashboardHandler())
 	if err := w.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}

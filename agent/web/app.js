@@ -63,6 +63,9 @@
           spillAuto: m.spill_threshold_auto === true,
           sticky: num(m.sticky_share),
           inFlight: num(m.in_flight),
+          frontend: m.frontend || '',
+          policy: m.effective_policy || m.policy || '',
+          sessions: num(m.sessions),
           replicas: (m.replicas || []).map((r, i) => ({
             index: num(r.index) ?? i,
             addr: r.url || r.addr || '',
@@ -145,7 +148,6 @@
 
   const COLUMNS = [
     // field, header, title (what the number means), formatter
-    ['healthy', 'Healthy', 'Answering /health and /metrics'],
     ['in_flight', 'In flight', 'Requests the warden has sent there and not yet seen end', 'int'],
     ['sticky', 'Sticky', 'Requests of a known session that stayed on its replica', 'int'],
     ['spilled_in', 'Spilled in', 'Requests of sessions pinned elsewhere, moved here because their replica was at the spill threshold', 'int'],
@@ -154,6 +156,7 @@
     ['waiting', 'Waiting', 'vLLM: vllm:num_requests_waiting', 'int'],
     ['kv_used', 'KV used', 'vLLM: vllm:kv_cache_usage_perc', 'pct'],
     ['prefix_hit_rate', 'Prefix hit rate', 'vLLM: delta of prefix-cache hits over delta of queries, recent window', 'pct'],
+    ['healthy', 'Healthy', 'Answering /health and /metrics'],
   ];
   const FIELD_VALUE = {
     in_flight: (r) => r.inFlight, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
@@ -178,10 +181,11 @@
         el('h2', { text: name }),
         el('div', { class: 'pills' }, pills.affinity, pills.spill, pills.sticky, pills.inFlight),
         sw),
+      el('p', { class: 'sub', 'data-model-sub': name }),
       el('div', { class: 'table-wrap' }, el('table', { 'data-replica-table': name }, el('thead', {}, head), tbody)),
       el('p', { class: 'note', text: 'In flight, sticky, spilled in and client-pinned are the warden\'s own counts (requests since the warden started); ' +
         'running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window).' }));
-    return { root, pills, sw, tbody, rows: [] };
+    return { root, pills, sw, tbody, rows: [], sub: root.querySelector('[data-model-sub]') };
   }
 
   function buildRow() {
@@ -206,6 +210,11 @@
     setText(card.pills.inFlight, 'In flight ' + fmt.int(m.inFlight));
     card.pills.inFlight.dataset.value = m.inFlight == null ? '' : String(m.inFlight);
     if (!card.sw.disabled) card.sw.setAttribute('aria-checked', String(m.affinity));
+    const sub = [];
+    if (m.frontend) sub.push('frontend ' + m.frontend);
+    if (m.policy) sub.push('placement: ' + m.policy);
+    if (m.sessions != null) sub.push(fmt.int(m.sessions) + ' live session' + (m.sessions === 1 ? '' : 's'));
+    setText(card.sub, sub.join(' · '));
 
     while (card.rows.length < m.replicas.length) {
       const row = buildRow();
@@ -394,7 +403,9 @@
       for (let ts = first; ts <= t0 + span; ts += every) {
         const x = L + ((ts - t0) / span) * pw;
         root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
-        const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': 'middle' });
+        // keep the labels at the ends inside the picture
+        const anchor = x > W - R - 28 ? 'end' : x < L + 28 ? 'start' : 'middle';
+        const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': anchor });
         t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
         root.append(t);
       }
