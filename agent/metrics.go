@@ -30,6 +30,9 @@ var (
 	descReplicaSessions = prometheus.NewDesc("lmwarden_replica_sessions",
 		"Live sessions pinned to this replica.",
 		[]string{"model", "replica"}, nil)
+	descReplicaActive = prometheus.NewDesc("lmwarden_replica_sessions_active",
+		"Sessions pinned to this replica with a request in the last minute (these add to its load).",
+		[]string{"model", "replica"}, nil)
 	descSessionsExpired = prometheus.NewDesc("lmwarden_sessions_expired_total",
 		"Sessions removed after being idle longer than session_ttl.",
 		[]string{"model"}, nil)
@@ -91,7 +94,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
-	descReplicaSessions, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
+	descReplicaSessions, descReplicaActive, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
 	descUnaffined, descStayed, descStickyShare, descAffinity, descSpillThreshold,
 	descPlacementErrors, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
@@ -147,6 +150,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)
 			gauge(descReplicaSessions, float64(r.Sessions), mn, ri)
+			gauge(descReplicaActive, float64(r.ActiveSessions), mn, ri)
 			counter(descSpills, float64(r.SpilledIn), mn, ri)
 			counter(descClientPinned, float64(r.ClientPinned), mn, ri)
 			counter(descRetries, float64(r.RetriedAway), mn, ri)

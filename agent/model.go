@@ -188,6 +188,9 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 		window = DefaultHitRateWindow
 	}
 	n := mc.ReplicaCount()
+	if n > MaxReplicas {
+		return nil, fmt.Errorf("%w: model %s: %d replicas, at most %d", ErrInvalidConfig, mc.Name, n, MaxReplicas)
+	}
 	m.reps = make([]replica, n)
 	if m.oneEndpoint {
 		m.endpoint = hostPort(mc.Endpoint)
@@ -294,7 +297,7 @@ func (m *Model) Done(p Placement, now time.Time) {
 		m.reps[p.Replica].inFlight--
 	}
 	if p.SessionHash != 0 {
-		m.sessions.touch(p.SessionHash, now.UnixNano())
+		m.sessions.touchHash(p.SessionHash, now.UnixNano())
 	}
 }
 

@@ -60,17 +60,20 @@ func parsePolicy(p Policy) (Policy, error) {
 //	load(r) = max(inflight, running+waiting)   requests on the replica
 //	        + loadPerWaiting * waiting          a waiting request costs 4 in all, as in vLLM's waiting*4+running
 //	        + loadPerKVFull  * kv_usage         a full KV cache is worth this many requests: new work there waits or preempts
-//	        + loadPerPinned  * pinned_sessions  each live conversation pinned here will come back with a long prompt
+//	        + loadPerActive  * active_sessions  each active conversation pinned here will come back with a long prompt
 //
 // inflight is the warden's exact count (fresh); running and waiting are the
 // replica's own gauges from the last poll (up to one poll interval old, and
 // they include traffic that does not pass through the warden). Taking the
 // max of the two counts instead of their sum avoids counting the warden's own
-// requests twice while still seeing other clients' traffic.
+// requests twice while still seeing other clients' traffic. active_sessions
+// are the sessions pinned here with a request in the last ActiveWindow
+// (sessions.go): quiet ones have most likely ended and must not repel new
+// ones for the whole TTL.
 const (
 	loadPerWaiting = 3.0
 	loadPerKVFull  = 4.0
-	loadPerPinned  = 0.25
+	loadPerActive  = 0.25
 )
 
 // load is load(r) above; call with m.mu held.
@@ -78,7 +81,7 @@ func (m *Model) load(i int) float64 {
 	r := &m.reps[i]
 	reqs := math.Max(float64(r.inFlight), r.metrics.Running+r.metrics.Waiting)
 	return reqs + loadPerWaiting*r.metrics.Waiting + loadPerKVFull*r.metrics.KVUsage +
-		loadPerPinned*float64(m.sessions.pinned[i])
+		loadPerActive*float64(m.sessions.active[i])
 }
 
 // leastLoaded returns the healthy replica with the lowest load, other than
@@ -246,9 +249,8 @@ func (m *Model) countStay(pos, i int) {
 // position pos (-1: none) active, and builds the Placement.
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
-		e := &m.sessions.entries[pos]
-		e.lastSeen = now
-		e.turns++
+		m.sessions.touch(pos, now)
+		m.sessions.entries[pos].turns++
 	}
 	r := &m.reps[i]
 	r.inFlight++

@@ -345,3 +345,25 @@ func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
 		t.Fatalf("fourth request with 3 in flight: %v, want spilled", q.Kind)
 	}
 }
+
+func TestQuietSessionsStopAddingLoadButKeepTheirPin(t *testing.T) {
+	m := mustModel(t, nil)
+	p := mustPlace(t, m, Request{SessionID: "quiet", Now: epoch})
+	m.Done(p, epoch)
+	if st := m.Status(); st.Replicas[p.Replica].ActiveSessions != 1 {
+		t.Fatalf("active %d", st.Replicas[p.Replica].ActiveSessions)
+	}
+	later := epoch.Add(ActiveWindow + time.Second)
+	m.ExpireIdle(later, 0)
+	st := m.Status()
+	if st.Replicas[p.Replica].ActiveSessions != 0 || st.Replicas[p.Replica].Sessions != 1 || st.Replicas[p.Replica].Load != 0 {
+		t.Fatalf("after a quiet minute: %+v", st.Replicas[p.Replica])
+	}
+	q := mustPlace(t, m, Request{SessionID: "quiet", Now: later})
+	if q.Replica != p.Replica || q.Kind != KindSticky {
+		t.Fatalf("quiet session lost its pin: %+v", q)
+	}
+	if st := m.Status(); st.Replicas[p.Replica].ActiveSessions != 1 {
+		t.Errorf("active again: %d", st.Replicas[p.Replica].ActiveSessions)
+	}
+}

@@ -23,15 +23,28 @@ type SessionInfo struct {
 	Replica  int       `json:"replica"`
 	LastSeen time.Time `json:"last_seen"`
 	Turns    uint32    `json:"turns"`
+	// Active: a request within the last ActiveWindow (counts toward load).
+	Active bool `json:"active"`
 }
 
 // sessionEntry is one conversation: 24 bytes, plus its slot in the index.
 type sessionEntry struct {
 	hash     uint64
 	lastSeen int64 // unix nanoseconds of the last request (placement or end)
-	replica  int32 // pinned replica
+	replica  int16 // pinned replica
+	active   bool  // counted in active[replica]
 	turns    uint32
 }
+
+// ActiveWindow: a session with a request (start or end) within this time is
+// active, and only active sessions add to their replica's load. A pinned
+// session stays pinned for the whole TTL, but one that has been quiet for
+// a minute has most likely ended; counting it would make placement avoid
+// replicas for conversations that will never come back.
+const ActiveWindow = time.Minute
+
+// MaxReplicas bounds the replicas of one model (the table stores an int16).
+const MaxReplicas = 1 << 15
 
 // sessionTable holds the live sessions of one model. Entries sit densely in
 // a slice and the index maps a hash to its position, so that expiry can sweep
@@ -46,6 +59,7 @@ type sessionTable struct {
 	ttl     int64
 	sink    SessionSink
 	pinned  []int // live sessions per replica
+	active  []int // active sessions per replica (ActiveWindow)
 	expired uint64
 }
 
@@ -60,6 +74,7 @@ func newSessionTable(replicas int, ttl time.Duration, sink SessionSink) *session
 		ttl:    int64(ttl),
 		sink:   sink,
 		pinned: make([]int, replicas),
+		active: make([]int, replicas),
 	}
 }
 
@@ -83,9 +98,10 @@ func (t *sessionTable) lookup(h uint64, now int64) int {
 // insert adds a session pinned to replica; h must not be present.
 func (t *sessionTable) insert(h uint64, replica int, now int64) int {
 	i := len(t.entries)
-	t.entries = append(t.entries, sessionEntry{hash: h, lastSeen: now, replica: int32(replica)})
+	t.entries = append(t.entries, sessionEntry{hash: h, lastSeen: now, replica: int16(replica), active: true})
 	t.index[h] = uint32(i)
 	t.pinned[replica]++
+	t.active[replica]++
 	if t.sink != nil {
 		t.sink.Upsert(h, replica)
 	}
@@ -100,16 +116,32 @@ func (t *sessionTable) repin(i, replica int) {
 	}
 	t.pinned[e.replica]--
 	t.pinned[replica]++
-	e.replica = int32(replica)
+	if e.active {
+		t.active[e.replica]--
+		t.active[replica]++
+	}
+	e.replica = int16(replica)
 	if t.sink != nil {
 		t.sink.Upsert(e.hash, replica)
 	}
 }
 
-// touch records activity without changing the pin.
-func (t *sessionTable) touch(h uint64, now int64) {
-	if i, ok := t.index[h]; ok && now > t.entries[i].lastSeen {
-		t.entries[i].lastSeen = now
+// touch records activity of the session at position i.
+func (t *sessionTable) touch(i int, now int64) {
+	e := &t.entries[i]
+	if now > e.lastSeen {
+		e.lastSeen = now
+	}
+	if !e.active {
+		e.active = true
+		t.active[e.replica]++
+	}
+}
+
+// touchHash is touch by hash (a request's end).
+func (t *sessionTable) touchHash(h uint64, now int64) {
+	if i, ok := t.index[h]; ok {
+		t.touch(int(i), now)
 	}
 }
 
@@ -124,13 +156,16 @@ func (t *sessionTable) remove(i int) {
 	t.entries = t.entries[:last]
 	delete(t.index, e.hash)
 	t.pinned[e.replica]--
+	if e.active {
+		t.active[e.replica]--
+	}
 	if t.sink != nil {
 		t.sink.Delete(e.hash)
 	}
 }
 
-// sweep examines up to budget entries from the cursor and expires the idle
-// ones; it returns how many it expired.
+// sweep examines up to budget entries from the cursor, expires the idle
+// ones and marks the quiet ones inactive; it returns how many it expired.
 func (t *sessionTable) sweep(now int64, budget int) int {
 	n := 0
 	for ; budget > 0 && len(t.entries) > 0; budget-- {
@@ -142,6 +177,10 @@ func (t *sessionTable) sweep(now int64, budget int) int {
 			t.expired++
 			n++
 			continue
+		}
+		if e := &t.entries[t.cursor]; e.active && now-e.lastSeen > int64(ActiveWindow) {
+			e.active = false
+			t.active[e.replica]--
 		}
 		t.cursor++
 	}
@@ -164,6 +203,7 @@ func (t *sessionTable) snapshot(model string, now int64, limit int) []SessionInf
 			Replica:  int(e.replica),
 			LastSeen: time.Unix(0, e.lastSeen).UTC(),
 			Turns:    e.turns,
+			Active:   e.active,
 		})
 	}
 	return out

@@ -35,7 +35,8 @@ type ReplicaStatus struct {
 	URL            string            `json:"url"`
 	Healthy        bool              `json:"healthy"`
 	InFlight       int               `json:"in_flight"`
-	Sessions       int               `json:"sessions"` // live sessions pinned here
+	Sessions       int               `json:"sessions"`        // live sessions pinned here
+	ActiveSessions int               `json:"active_sessions"` // of those, active in the last ActiveWindow
 	Sticky         uint64            `json:"sticky"`
 	SpilledIn      uint64            `json:"spilled_in"`
 	ClientPinned   uint64            `json:"client_pinned"`
@@ -97,6 +98,7 @@ func (m *Model) Status() ModelStatus {
 			Healthy:        r.healthy,
 			InFlight:       r.inFlight,
 			Sessions:       m.sessions.pinned[i],
+			ActiveSessions: m.sessions.active[i],
 			Sticky:         r.requests[KindSticky],
 			SpilledIn:      r.requests[KindSpilled],
 			ClientPinned:   r.requests[KindClientPinned],
