@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/lmwarden/lmwarden/sim"
 )
+
+// simStdout is where `lmwarden sim` prints (tests swap it).
+var simStdout io.Writer = os.Stdout
 
 func init() {
 	register("sim", "run simulated vLLM replicas (prefix cache, scheduler, vLLM metrics)", runSim)
@@ -40,7 +44,7 @@ func runSim(args []string) error {
 		return fmt.Errorf("--profile: %v: %w", err, errUsage)
 	}
 	if *calibrate {
-		fmt.Print(sim.CalibrationTable(p))
+		fmt.Fprint(simStdout, sim.CalibrationTable(p))
 		return nil
 	}
 	lb, err := sim.ParseLBStats(*lbStats)
@@ -66,11 +70,11 @@ func runSim(args []string) error {
 	urls := srv.URLs()
 	if *shape == sim.ShapeRanks {
 		for i := range *replicas {
-			fmt.Printf("rank %d: %s (X-data-parallel-rank: %d)\n", i, urls[0], i)
+			fmt.Fprintf(simStdout, "rank %d: %s (X-data-parallel-rank: %d)\n", i, urls[0], i)
 		}
 	} else {
 		for i, u := range urls {
-			fmt.Printf("replica %d: %s\n", i, u)
+			fmt.Fprintf(simStdout, "replica %d: %s\n", i, u)
 		}
 	}
 	<-ctx.Done()
