@@ -42,7 +42,7 @@ func (w *Workload) SystemSectionTokens() int {
 }
 
 // IdealHitRate is the workload's steady-state ideal: sessions 0..n-1 played
-// to the end with replies of MaxTokens tokens, the system prompt already
+// to the end with replies of their max_tokens, the system prompt already
 // cached everywhere. It is the reference line of the hit-rate plot.
 func (w *Workload) IdealHitRate(n int) float64 {
 	var turns []TurnTokens
@@ -53,8 +53,9 @@ func (w *Workload) IdealHitRate(n int) float64 {
 		for !c.Done() {
 			p := len(sim.RenderPrompt(w.System, c.Next()))
 			turns = append(turns, TurnTokens{Prompt: p, Reused: reused})
-			c.Reply(fillerReply(s.MaxTokens))
-			reused = p + s.MaxTokens
+			n := s.MaxTokens[c.Turn]
+			c.Reply(fillerReply(n))
+			reused = p + n
 		}
 	}
 	return IdealHitRate(turns, 0, 0)

@@ -288,7 +288,7 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, rec *re
 		}
 		msgs := c.Next()
 		rctx, cancel := context.WithTimeout(wctx, r.scaled(r.cfg.RequestTimeout))
-		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, msgs, s.MaxTokens)
+		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, msgs, s.MaxTokens[c.Turn])
 		timedOut := rctx.Err() != nil && wctx.Err() == nil
 		cancel()
 		mu.Lock()

@@ -216,7 +216,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		ttft := nanSec
 		inFlight[id] = flight{replica: p.Replica, place: p}
 		w.v.Submit(p.Replica, &sim.Request{
-			ID: id, Prompt: prompt, MaxTokens: c.Session.MaxTokens,
+			ID: id, Prompt: prompt, MaxTokens: c.Session.MaxTokens[c.Turn],
 			OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
 			OnDone: func(at time.Time, r sim.Result) {
 				delete(inFlight, id)

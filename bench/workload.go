@@ -23,7 +23,8 @@ const (
 	FollowUpTokens   = 400 // each later turn adds a user message of about this
 	FollowUpJitter   = 15  // ± tokens, keeps every follow-up within 5% of 400
 	TurnsPerSession  = 6   // the first message and five more turns
-	MaxOutputTokens  = 256
+	MaxOutputTokens  = 256 // max_tokens of a turn is drawn from [MinOutputTokens, MaxOutputTokens]
+	MinOutputTokens  = 192
 	PauseMin         = 20 * time.Millisecond // client-side pause between turns
 	PauseMax         = 80 * time.Millisecond
 	sessionSeedSalt  = 0x5e55_10f0_0000_0001
@@ -49,11 +50,15 @@ func NewWorkload(seed uint64) *Workload {
 // turn) and the client's pause after each turn. The assistant replies are
 // not part of it: they are whatever the replica generated, resent as history.
 type Session struct {
-	Index     int
-	ID        string // a UUID, sent as X-Claude-Code-Session-Id
-	Users     []string
-	Pauses    []time.Duration // Pauses[k] is the wait before turn k (k = 0: before the first)
-	MaxTokens int
+	Index  int
+	ID     string // a UUID, sent as X-Claude-Code-Session-Id
+	Users  []string
+	Pauses []time.Duration // Pauses[k] is the wait before turn k (k = 0: before the first)
+	// MaxTokens[k] is turn k's max_tokens: at most MaxOutputTokens, drawn
+	// from MinOutputTokens up. The simulator (like a model that never stops
+	// early) generates exactly that many, so the spread is what keeps
+	// sessions' turns from ending in the same order round after round.
+	MaxTokens []int
 }
 
 // Session returns session i of the workload (text variant 0).
@@ -68,7 +73,7 @@ func (w *Workload) Session(i int) *Session { return w.SessionVariant(i, 0) }
 func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 	shape := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
 	txt := rand.New(rand.NewPCG(w.Seed^sessionTextSalt^(variant*0x9e3779b97f4a7c15), uint64(i)))
-	s := &Session{Index: i, ID: uuid(txt), MaxTokens: MaxOutputTokens}
+	s := &Session{Index: i, ID: uuid(txt)}
 	first := FirstUserMin + shape.IntN(FirstUserMax-FirstUserMin+1)
 	// The session id leads the first message, so no two sessions share a
 	// prefix beyond the system prompt even if the random text collided.
@@ -80,6 +85,9 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 	}
 	for k := 0; k < TurnsPerSession; k++ {
 		s.Pauses = append(s.Pauses, PauseMin+time.Duration(shape.Int64N(int64(PauseMax-PauseMin))))
+	}
+	for k := 0; k < TurnsPerSession; k++ {
+		s.MaxTokens = append(s.MaxTokens, MinOutputTokens+shape.IntN(MaxOutputTokens-MinOutputTokens+1))
 	}
 	return s
 }
