@@ -335,7 +335,7 @@ func TestAnthropicStreamHasTheEventSequenceAndCacheReadUsage(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	names, data := sseEvents(t, body)
-	want := []string{"message_start", "content_block_start", "ping"}
+	want := []string{"message_start", "content_block_start"}
 	for range 16 {
 		want = append(want, "content_block_delta")
 	}

@@ -78,7 +78,6 @@ func (o *responder) start(buf []byte, cached int) []byte {
 		}})
 		buf = appendEvent(buf, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 			"content_block": map[string]any{"type": "text", "text": ""}})
-		buf = appendEvent(buf, "ping", map[string]any{"type": "ping"})
 	case apiChat:
 		buf = append(buf, `data: {"id":"`...)
 		buf = append(buf, o.id...)
