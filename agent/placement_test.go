@@ -367,3 +367,46 @@ func TestQuietSessionsStopAddingLoadButKeepTheirPin(t *testing.T) {
 		t.Errorf("active again: %d", st.Replicas[p.Replica].ActiveSessions)
 	}
 }
+
+func TestConcurrentPlaceAndDoneLeaveNothingInFlight(t *testing.T) {
+	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{N: 2} })
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 500 {
+				now := epoch.Add(time.Duration(i) * time.Millisecond)
+				p, err := m.Place(Request{SessionID: fmt.Sprint("s", (g*7+i)%40), Now: now})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == 0 {
+					if q, err := m.Retry(p, now); err == nil {
+						p = q
+					} else {
+						continue // released by Retry
+					}
+				}
+				m.Done(p, now)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	st := m.Status()
+	if st.InFlight != 0 {
+		t.Errorf("model in flight %d", st.InFlight)
+	}
+	total := uint64(0)
+	for _, r := range st.Replicas {
+		if r.InFlight != 0 {
+			t.Errorf("replica %d in flight %d", r.Index, r.InFlight)
+		}
+		total += uint64(r.Sessions)
+	}
+	if int(total) != st.Sessions || st.Sessions != 40 {
+		t.Errorf("sessions %d, pinned sum %d", st.Sessions, total)
+	}
+}
