@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -41,9 +40,6 @@ func (r *parsedRequest) tokens() []uint32 {
 	}
 	return RenderPrompt(r.system, r.msgs)
 }
-
-// errBadRequest marks a body the API rejects with 400.
-var errBadRequest = errors.New("invalid request")
 
 func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))

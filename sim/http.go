@@ -74,10 +74,10 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 		return
 	}
 	prompt := req.tokens()
-	if len(prompt)+req.maxTokens > s.cfg.Profile.MaxModelLen {
+	if limit := s.cfg.Profile.ContextLimit(); len(prompt)+req.maxTokens > limit {
 		writeError(w, kind, http.StatusBadRequest, badRequest(
 			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			s.cfg.Profile.MaxModelLen, len(prompt)+req.maxTokens, len(prompt), req.maxTokens))
+			limit, len(prompt)+req.maxTokens, len(prompt), req.maxTokens))
 		return
 	}
 	replica := fixed

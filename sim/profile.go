@@ -82,6 +82,11 @@ func ProfileNames() []string {
 	return names
 }
 
+// ContextLimit is the longest prompt+output a request may ask for: the
+// model's context, and never more than the KV cache holds (a longer request
+// could never run to its end).
+func (p Profile) ContextLimit() int { return min(p.MaxModelLen, p.NumBlocks()*p.BlockSize) }
+
 // NumBlocks is the KV capacity in blocks.
 func (p Profile) NumBlocks() int { return p.KVCapacityTokens / p.BlockSize }
 

@@ -75,7 +75,7 @@ func (e *engine) submit(now time.Time, r *Request) {
 	case len(r.Prompt) == 0:
 		done(r, now, Result{Err: ErrEmptyPrompt, FinishReason: "abort"})
 		return
-	case len(r.Prompt)+r.MaxTokens > e.p.MaxModelLen:
+	case len(r.Prompt)+r.MaxTokens > e.p.ContextLimit():
 		done(r, now, Result{PromptTokens: len(r.Prompt), Err: ErrPromptTooLong, FinishReason: "abort"})
 		return
 	}

@@ -57,14 +57,22 @@ func (v *Virtual) At(t time.Time, fn func()) {
 }
 
 // Submit hands r to a replica now. The replica starts a step after every
-// other event of this instant, so simultaneous arrivals share a step.
+// other event of this instant, so simultaneous arrivals share a step. An
+// unknown replica finishes r at once with ErrNoReplica.
 func (v *Virtual) Submit(replica int, r *Request) {
+	if replica < 0 || replica >= len(v.engines) {
+		done(r, v.now, Result{PromptTokens: len(r.Prompt), Err: ErrNoReplica, FinishReason: "abort"})
+		return
+	}
 	v.engines[replica].submit(v.now, r)
 	v.kick(replica)
 }
 
 // Abort ends request id on a replica (no-op when unknown or finished).
 func (v *Virtual) Abort(replica int, id uint64) {
+	if replica < 0 || replica >= len(v.engines) {
+		return
+	}
 	v.engines[replica].abort(v.now, id)
 }
 
