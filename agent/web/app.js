@@ -119,6 +119,14 @@
     return e;
   }
 
+  // placeAt puts node at position i of parent, touching nothing when it is
+  // already there: moving a node resets its scroll position, which would
+  // throw a sideways-scrolled table back to the left on every refresh.
+  function placeAt(parent, node, i) {
+    const at = parent.children[i];
+    if (at !== node) parent.insertBefore(node, at || null);
+  }
+
   function setText(node, text) {
     if (node.textContent !== text) node.textContent = text;
   }
@@ -297,7 +305,7 @@
         card = buildModelCard(m.name);
         modelCards.set(m.name, card);
       }
-      container.append(card.root); // keeps API order; a no-op move when already in place
+      placeAt(container, card.root, seen.size - 1);
       renderModelCard(card, m);
     }
     for (const [name, card] of modelCards) {
@@ -442,7 +450,12 @@
       t.textContent = 'no traffic in this window';
       root.append(t);
     }
+    // On a narrow screen the chart scrolls sideways: keep the newest bars in
+    // view, unless the reader has scrolled away from them.
+    const atEnd = holder.scrollLeft + holder.clientWidth >= holder.scrollWidth - 2;
+    const left = holder.scrollLeft;
     holder.replaceChildren(root);
+    holder.scrollLeft = atEnd ? holder.scrollWidth : left;
     holder.dataset.bars = String(bars);
   }
 
@@ -498,7 +511,7 @@
         card = buildStatsCard(m.name);
         statsCards.set(m.name, card);
       }
-      container.append(card.root);
+      placeAt(container, card.root, seen.size - 1);
       renderStatsCard(card, m, resp);
     }
     for (const [name, card] of statsCards) {
