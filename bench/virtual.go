@@ -28,6 +28,8 @@ type VirtualConfig struct {
 	// the busy count, as the warden's poller would (default 250 ms).
 	PollInterval time.Duration
 	Progress     *Progress
+	// Trace, if set, receives every poll and answered request (bench/trace.go).
+	Trace Tracer
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -157,6 +159,9 @@ func (w *virtualWorld) poll() {
 			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
 			TTFTSum: s.TTFTSum, TTFTCount: float64(s.TTFTCount), KVCapacityTokens: float64(s.KVCapacityTokens),
 		}, now)
+		if w.cfg.Trace != nil && w.rec != nil {
+			w.cfg.Trace.Poll(now, i, s)
+		}
 		samples[i] = &replicaSample{Running: float64(s.Running), Waiting: float64(s.Waiting),
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			RequestsDone: float64(s.RequestsDone)}
@@ -184,6 +189,9 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	end := start.Add(w.cfg.Duration)
 	rec := newRecorder(w.cfg.Replicas)
 	w.rec = rec
+	if w.cfg.Trace != nil {
+		w.cfg.Trace.Window(sessions, arm.Name, start)
+	}
 	w.poll() // a sample at the window's start: counters' baseline
 	sys := wl.SystemSectionTokens()
 
@@ -231,6 +239,11 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 					return
 				}
 				rec.answered(c.Session.ID, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
+				if w.cfg.Trace != nil {
+					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
+						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
+						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens})
+				}
 				c.Reply(r.OutputText)
 				if c.Done() {
 					rec.completed++

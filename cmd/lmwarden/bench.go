@@ -45,6 +45,7 @@ type benchFlags struct {
 	seed                                 uint64
 	speed                                float64
 	out                                  string
+	trace                                bool
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -66,6 +67,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
+	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
 func policyNames() string {
@@ -129,6 +131,7 @@ func runBench(args []string) error {
 	defer stop()
 	phases := len(steps) * len(arms)
 	var rep *bench.Report
+	var tr bench.TraceRecorder
 	if f.virtual {
 		for _, name := range []string{"target", "admin", "replica-metrics", "speed", "api", "timeout", "model", "model-name"} {
 			if set[name] {
@@ -145,6 +148,7 @@ func runBench(args []string) error {
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
 			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Arms: arms,
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
+			Trace: traceFor(f.trace, &tr),
 		})
 		if err != nil {
 			return err
@@ -182,6 +186,11 @@ func runBench(args []string) error {
 		})
 		if err != nil {
 			return err
+		}
+	}
+	if f.trace {
+		if err := tr.WriteAll(out); err != nil {
+			return fmt.Errorf("writing the trace: %w", err)
 		}
 	}
 	return finishReport(os.Stdout, rep, out)
