@@ -116,6 +116,7 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 #define PF_TE_VALUE 16 /* inside a Transfer-Encoding value */
 #define PF_HAVE_CL 32
 #define PF_CHUNKED 64
+#define SF_BROKEN 128 /* request socket: a trim failed, the stream is cut */
 
 const volatile char lmw_cl_name[16] = "content-length:";    /* 15 */
 const volatile char lmw_te_name[19] = "transfer-encoding:"; /* 18 */
@@ -378,10 +379,12 @@ int lmw_verdict(struct __sk_buff *skb)
 		st->gen = ctl->gen;
 		st->redirected = 0;
 		if (ctl->mode == SOCK_REQUEST) {
-			/* Armed only if no byte was passed to the shim after the
-			 * last byte it read: otherwise it holds body bytes we
-			 * must not overtake, and it carries this body itself. */
-			st->armed = (o == ctl->arm_at);
+			/* Armed only if no byte at or past arm_at was passed to
+			 * the shim before this arm: otherwise the shim holds body
+			 * bytes we must not overtake, and it carries this body
+			 * itself. (o < arm_at: the shim peeked bytes the kernel
+			 * has not seen yet; they are dropped below.) */
+			st->armed = (o <= ctl->arm_at);
 		} else if (ctl->mode == SOCK_RESPONSE) {
 			st->armed = 1;
 			start_head(st);
@@ -391,7 +394,31 @@ int lmw_verdict(struct __sk_buff *skb)
 	}
 
 	if (ctl->mode == SOCK_REQUEST) {
-		if (st->armed && o >= ctl->arm_at && o + len <= ctl->body_end)
+		__u64 arm = ctl->arm_at;
+
+		if (st->armed && o < arm) {
+			/* Bytes the shim already has (it peeked the head without
+			 * consuming it): drop them, trimming a segment that runs
+			 * on into the body. */
+			__u64 cut = arm - o;
+
+			if (cut >= len) {
+				st->passed += len;
+				if (rs)
+					rs->bytes_user += len;
+				return SK_DROP;
+			}
+			if (bpf_skb_adjust_room(skb, -(__s32)cut, 0, 0)) {
+				st->flags |= SF_BROKEN;
+				return SK_DROP;
+			}
+			st->passed += cut;
+			if (rs)
+				rs->bytes_user += cut;
+			o = arm;
+			len -= cut;
+		}
+		if (st->armed && o >= arm && o + len <= ctl->body_end)
 			return carry(skb, ctl, st, rs, len);
 		return pass(st, rs, len);
 	}

@@ -48,6 +48,7 @@ type State struct {
 	objs     bpf.LmwardenObjects
 	dispatch link.Link
 	verdict  link.Link
+	ends     endWaiters
 	// Reused is true when a previous warden's state was found and adopted.
 	Reused bool
 }
@@ -227,6 +228,7 @@ func chmodPins(dir string) error {
 func (s *State) Dir() string { return s.dir }
 
 func (s *State) closeObjects() {
+	s.ends.close()
 	if s.dispatch != nil {
 		s.dispatch.Close()
 		s.dispatch = nil

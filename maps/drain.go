@@ -1,0 +1,93 @@
+package maps
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// written reports how many bytes were ever queued for sending on c:
+// acknowledged plus still in the send queue. The kernel's redirected
+// bytes reach a socket through a per-socket worker (the psock backlog), so
+// this is how the shim learns they have landed before it writes itself.
+func written(c *net.TCPConn) (uint64, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	var gerr error
+	err = raw.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil {
+			gerr = err
+			return
+		}
+		outq, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+		if err != nil {
+			gerr = err
+			return
+		}
+		n = info.Bytes_acked + uint64(outq)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, gerr
+}
+
+var errDrainTimeout = errors.New("maps: kernel did not deliver redirected bytes in time")
+
+// waitWritten waits until at least want bytes were queued on c, so that
+// bytes the shim writes next cannot overtake bytes the kernel carried.
+func waitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pause := 20 * time.Microsecond
+	for {
+		n, err := written(c)
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errDrainTimeout
+		}
+		time.Sleep(pause)
+		if pause < 2*time.Millisecond {
+			pause *= 2
+		}
+	}
+}
+
+// DrainQueued reads, without blocking, everything c has received, so that
+// no segment is left half read when c joins the sockmap (see PeekReader).
+func DrainQueued(c *net.TCPConn) ([]byte, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	buf := make([]byte, 64<<10)
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		for {
+			n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			if n > 0 {
+				out = append(out, buf[:n]...)
+				continue
+			}
+			if err != nil && !errors.Is(err, unix.EAGAIN) {
+				rerr = err
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return out, err
+	}
+	return out, rerr
+}
