@@ -60,6 +60,7 @@ func decodeAnthropic(body []byte) (*parsedRequest, error) {
 		MaxTokens     *int            `json:"max_tokens"`
 		Stream        bool            `json:"stream"`
 		StopSequences []string        `json:"stop_sequences"`
+		Tools         json.RawMessage `json:"tools"`
 	}
 	if err := strictUnmarshal(body, &b); err != nil {
 		return nil, err
@@ -81,6 +82,11 @@ func decodeAnthropic(body []byte) (*parsedRequest, error) {
 	if err != nil {
 		return nil, err
 	}
+	tools, err := renderTools(b.Tools)
+	if err != nil {
+		return nil, err
+	}
+	sys = joinSection(sys, tools)
 	return &parsedRequest{kind: apiAnthropic, model: b.Model, system: sys, msgs: msgs,
 		maxTokens: *b.MaxTokens, stream: b.Stream, stop: b.StopSequences}, nil
 }
@@ -89,7 +95,8 @@ func decodeAnthropic(body []byte) (*parsedRequest, error) {
 func decodeChat(body []byte) (*parsedRequest, error) {
 	var b struct {
 		openAICommon
-		Messages *[]rawMessage `json:"messages"`
+		Messages *[]rawMessage   `json:"messages"`
+		Tools    json.RawMessage `json:"tools"`
 	}
 	if err := strictUnmarshal(body, &b); err != nil {
 		return nil, err
@@ -100,6 +107,18 @@ func decodeChat(body []byte) (*parsedRequest, error) {
 	msgs, err := flattenMessages(*b.Messages)
 	if err != nil {
 		return nil, err
+	}
+	tools, err := renderTools(b.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if tools != "" {
+		// a chat template renders tool definitions in the system turn
+		if len(msgs) > 0 && msgs[0].Role == "system" {
+			msgs[0].Content = joinSection(msgs[0].Content, tools)
+		} else {
+			msgs = append([]Message{{Role: "system", Content: tools}}, msgs...)
+		}
 	}
 	r := &parsedRequest{kind: apiChat, msgs: msgs}
 	if err := b.openAICommon.fill(r); err != nil {
@@ -205,6 +224,31 @@ func flattenMessages(raw []rawMessage) ([]Message, error) {
 		msgs = append(msgs, Message{Role: m.Role, Content: text})
 	}
 	return msgs, nil
+}
+
+// renderTools is the compact JSON of a request's tool definitions ("" when
+// there are none), which a chat template puts in the system turn.
+func renderTools(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "[]" {
+		return "", nil
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, raw); err != nil {
+		return "", badRequest("tools: %v", err)
+	}
+	return c.String(), nil
+}
+
+// joinSection appends a section to a system text, separated by a blank line.
+func joinSection(text, section string) string {
+	switch {
+	case section == "":
+		return text
+	case text == "":
+		return section
+	}
+	return text + "\n\n" + section
 }
 
 // strictUnmarshal decodes one JSON object and reports errors as bad requests.

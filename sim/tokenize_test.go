@@ -74,3 +74,20 @@ func TestOutputPiecesAreOneTokenEach(t *testing.T) {
 		}
 	}
 }
+
+func TestToolDefinitionsRenderInTheSystemTurn(t *testing.T) {
+	a, err := decodeAnthropic([]byte(`{"max_tokens":1,"system":"sys","tools":[{"name":"Read","input_schema":{}}],"messages":[{"role":"user","content":"u"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := decodeChat([]byte(`{"messages":[{"role":"system","content":"sys"},{"role":"user","content":"u"}],"tools":[{"name":"Read","input_schema":{}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.tokens(), c.tokens()) {
+		t.Fatal("the same system, tools and messages render differently through the two APIs")
+	}
+	if a.system != "sys\n\n"+`[{"name":"Read","input_schema":{}}]` {
+		t.Fatalf("system section %q", a.system)
+	}
+}
