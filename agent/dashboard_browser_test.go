@@ -60,23 +60,29 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 	t.Run("affinity switch turns affinity off through the API", func(t *testing.T) {
 		// Accept the confirmation dialog the switch opens.
 		dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-		var asked sync.WaitGroup
-		asked.Add(1)
+		asked := make(chan string, 1)
 		go func() {
 			for ev, err := range dialogs {
 				if err != nil {
 					return
 				}
-				t.Logf("dialog: %q", firstLine(ev.Message))
 				if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}); err != nil {
 					t.Errorf("accept dialog: %v", err)
 				}
-				asked.Done()
+				asked <- ev.Message
 				return
 			}
 		}()
 		mustDo(t, ctx, chromedp.Click(chromedp.CSS(`[data-affinity-switch="`+dashboardModel+`"]`)))
-		asked.Wait()
+		select {
+		case msg := <-asked:
+			t.Logf("confirmed: %q", firstLine(msg))
+			if !strings.Contains(msg, "OFF") {
+				t.Errorf("confirmation %q does not say affinity goes off", msg)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the switch asked for no confirmation")
+		}
 		waitFor(t, 10*time.Second, "affinity off in the API", func() bool {
 			return !env.model(t).Affinity
 		})
