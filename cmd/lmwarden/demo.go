@@ -98,7 +98,7 @@ func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Prof
 	}
 	defer replicas.Close()
 
-	front, err := startDemoWarden(ctx, replicas.URLs(), f.speed, lb)
+	front, err := startDemoWarden(ctx, w, replicas.URLs(), f.speed, lb)
 	if err != nil {
 		return err
 	}
@@ -139,14 +139,21 @@ func (d *demoFront) Close() error {
 // for placement, polling and the admin API; an l7.Shim on the frontend) in
 // this process. Polling is scaled with the replicas' speed so that the
 // warden sees load as often, in simulated time, as it would on real cards.
-func startDemoWarden(ctx context.Context, replicaURLs []string, speed float64, lb sim.LBStats) (*demoFront, error) {
+func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, speed float64, lb sim.LBStats) (*demoFront, error) {
+	// The datapath as `lmwarden serve --datapath auto` chooses it: kernel
+	// when privileged and built in, userspace otherwise; its reason is
+	// printed.
+	dp, err := chooseDatapath("auto", slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if err != nil {
+		return nil, err
+	}
 	ln, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
 	cfg := agent.DefaultConfig()
 	cfg.Admin = "127.0.0.1:0"
-	cfg.Datapath = "user"
+	cfg.Datapath = dp.Name()
 	cfg.PollInterval = max(20*time.Millisecond, time.Duration(float64(agent.DefaultPollInterval)/speed))
 	cfg.Models[0].Name = "qwen3-4b"
 	cfg.Models[0].Frontend = ln.Addr().String()
@@ -162,11 +169,11 @@ func startDemoWarden(ctx context.Context, replicaURLs []string, speed float64, l
 		ln.Close()
 		return nil, fmt.Errorf("warden: %w", err)
 	}
-	shim := l7.NewShim(wd.Models()[0], l7.Options{Logger: quiet})
+	shim := l7.NewShim(wd.Models()[0], l7.Options{Datapath: dp, Logger: quiet, ResponseTimeout: 300 * time.Second})
 	go shim.Serve(ln)
 	return &demoFront{
 		frontend: ln.Addr().String(), admin: wd.AdminAddr(), warden: wd, shim: shim,
-		datapath: "userspace (splice between sockets)",
+		datapath: dp.Name(),
 	}, nil
 }
 
