@@ -188,9 +188,10 @@ func (e *engine) schedule(now time.Time) (stepLoad, bool) {
 			s.blocks = append(s.blocks, e.cache.allocate())
 		}
 		s.computed, s.registered = start, hits
-		e.stats.PrefixQueries += uint64(len(s.tokens))
-		e.stats.PrefixHits += uint64(start)
 		if !s.admitted {
+			// vLLM keeps re-admissions after preemption out of these counters
+			e.stats.PrefixQueries += uint64(len(s.tokens))
+			e.stats.PrefixHits += uint64(start)
 			s.admitted, s.cached = true, start
 			if s.req.OnScheduled != nil {
 				s.req.OnScheduled(now, start)
