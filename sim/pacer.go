@@ -24,7 +24,7 @@ type pacer struct {
 	done chan struct{}
 }
 
-const minWake = 2 * time.Millisecond
+const minWake = time.Millisecond
 
 func newPacer(v *Virtual, speed float64) *pacer {
 	p := &pacer{
