@@ -23,7 +23,7 @@ type Result struct {
 	OutputText                               string
 	FinishReason                             string // "length", "stop" or "abort"
 	StopSequence                             string // the stop sequence matched, if any
-	Err                                      error  // ErrAborted, ErrPromptTooLong, ErrEmptyPrompt
+	Err                                      error  // ErrAborted, ErrPromptTooLong, ErrEmptyPrompt, ErrNoReplica
 }
 
 // Stats are the numbers a replica's /metrics exports (counters only grow).
