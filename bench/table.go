@@ -58,6 +58,9 @@ func (r *Report) caption() string {
 	} else if r.Speed > 1 {
 		timing = fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
 	}
+	if r.PollSeconds > 0 {
+		timing += fmt.Sprintf(", replica stats reach the placement every %gs", r.PollSeconds)
+	}
 	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d; %s; %s; "+
 		"TTFT = first streamed token at the client, %s; workload ideal hit rate %s.",
 		r.Mode, r.Replicas, optional(" of "+r.Profile, r.Profile != ""), fmtDur(r.StepSeconds), r.Seed,

@@ -48,7 +48,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	w := NewWorkload(cfg.Seed)
 	rep := &Report{
 		Mode: "virtual", Profile: cfg.Profile.Name, Replicas: cfg.Replicas, LBStats: cfg.LBStats.String(),
-		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps,
+		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),
 		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(64)),
 		PercentileMethod: PercentileMethod, Started: wall.UTC(),
 	}

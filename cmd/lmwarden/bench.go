@@ -46,6 +46,7 @@ type benchFlags struct {
 	speed                                float64
 	out                                  string
 	trace                                bool
+	pollInterval                         time.Duration
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -67,6 +68,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
@@ -142,13 +144,17 @@ func runBench(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--profile: %v: %w", err, errUsage)
 		}
+		if f.pollInterval <= 0 {
+			return fmt.Errorf("--poll-interval %v: want a positive duration: %w", f.pollInterval, errUsage)
+		}
 		if f.replicas < 1 {
 			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
 		}
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
 			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Arms: arms,
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
-			Trace: traceFor(f.trace, &tr),
+			PollInterval: f.pollInterval,
+			Trace:        traceFor(f.trace, &tr),
 		})
 		if err != nil {
 			return err

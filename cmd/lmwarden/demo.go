@@ -187,4 +187,3 @@ func joinURLs(urls []string) string {
 	}
 	return s
 }
-
