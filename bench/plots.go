@@ -31,6 +31,8 @@ func (r *Report) writePlots(dir string) error {
 	}
 
 	hits := r.newPlot("Prefix-cache hit rate (replica counters, pooled)", "hit rate")
+	hits.Legend.Top = false // the lines fall with load: the bottom left is free
+	hits.Legend.YOffs = vg.Points(36)
 	hits.Y.Min, hits.Y.Max = 0, 1
 	for i, arm := range r.Arms {
 		if err := r.addLine(hits, i, arm, arm, func(x Result) Num { return x.HitRate }, nil, false); err != nil {
@@ -47,6 +49,8 @@ func (r *Report) writePlots(dir string) error {
 
 	tput := r.newPlot("Output tokens a minute", "tokens/min")
 	tput.Y.Min = 0
+	tput.Legend.Top, tput.Legend.Left = false, false // rising lines: the bottom right is free
+	tput.Legend.XOffs, tput.Legend.YOffs = -vg.Points(12), vg.Points(36)
 	for i, arm := range r.Arms {
 		if err := r.addLine(tput, i, arm, arm, func(x Result) Num { return x.OutputTokensPerMin }, nil, false); err != nil {
 			return err
@@ -68,6 +72,8 @@ func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(36)  // clear of the Y axis
+	p.Legend.YOffs = -vg.Points(18) // clear of the title
 	ticks := make([]plot.Tick, len(r.Steps))
 	for i, s := range r.Steps {
 		ticks[i] = plot.Tick{Value: float64(s), Label: fmt.Sprint(s)}
