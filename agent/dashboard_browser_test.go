@@ -366,8 +366,12 @@ func compareCard(card pageCard, m agent.ModelStatus) []string {
 		row := card.Rows[i]
 		at := func(f string) string { return fmt.Sprintf("replica %d %s", i, f) }
 		check(at("index"), row["replica"].Value, strconv.Itoa(r.Index))
+		var requests uint64
+		for _, n := range r.Requests {
+			requests += n
+		}
 		ints := map[string]float64{
-			"in_flight": float64(r.InFlight), "sticky": float64(r.Sticky), "spilled_in": float64(r.SpilledIn),
+			"in_flight": float64(r.InFlight), "requests": float64(requests), "sessions": float64(r.Sessions), "sticky": float64(r.Sticky), "spilled_in": float64(r.SpilledIn),
 			"client_pinned": float64(r.ClientPinned), "running": r.Running, "waiting": r.Waiting,
 		}
 		for f, v := range ints {

@@ -70,6 +70,8 @@
             index: num(r.index) ?? i,
             addr: r.url || r.addr || '',
             inFlight: num(r.in_flight),
+            requests: r.requests ? Object.values(r.requests).reduce((a, b) => a + b, 0) : null,
+            sessions: num(r.sessions),
             sticky: num(r.sticky),
             spilledIn: num(r.spilled_in),
             clientPinned: num(r.client_pinned),
@@ -157,6 +159,8 @@
   const COLUMNS = [
     // field, header, title (what the number means), formatter
     ['in_flight', 'In flight', 'Requests the warden has sent there and not yet seen end', 'int'],
+    ['requests', 'Requests', 'Requests the warden has placed there since it started, of every kind', 'int'],
+    ['sessions', 'Sessions', 'Live conversations pinned there', 'int'],
     ['sticky', 'Sticky', 'Requests of a known session that stayed on its replica', 'int'],
     ['spilled_in', 'Spilled in', 'Requests of sessions pinned elsewhere, moved here because their replica was at the spill threshold', 'int'],
     ['client_pinned', 'Client-pinned', 'Requests whose client named the replica (X-data-parallel-rank or X-Warden-Replica)', 'int'],
@@ -167,7 +171,7 @@
     ['healthy', 'Healthy', 'Answering /health and /metrics'],
   ];
   const FIELD_VALUE = {
-    in_flight: (r) => r.inFlight, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
+    in_flight: (r) => r.inFlight, requests: (r) => r.requests, sessions: (r) => r.sessions, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
     client_pinned: (r) => r.clientPinned, running: (r) => r.running, waiting: (r) => r.waiting,
     kv_used: (r) => r.kvUsed, prefix_hit_rate: (r) => r.hitRate,
   };
@@ -191,8 +195,8 @@
         sw),
       el('p', { class: 'sub', 'data-model-sub': name }),
       el('div', { class: 'table-wrap' }, el('table', { 'data-replica-table': name }, el('thead', {}, head), tbody)),
-      el('p', { class: 'note', text: 'In flight, sticky, spilled in and client-pinned are the warden\'s own counts (requests since the warden started); ' +
-        'running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window).' }));
+      el('p', { class: 'note', text: 'Requests, sticky, spilled in and client-pinned count requests since the warden started; in flight and sessions are now. ' +
+        'Running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window). Hover a heading for its definition.' }));
     return { root, pills, sw, tbody, rows: [], sub: root.querySelector('[data-model-sub]') };
   }
 
