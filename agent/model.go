@@ -163,6 +163,8 @@ type Model struct {
 	lbWait   []int
 	lbRun    []int
 	eligible func(int) bool
+
+	peer *peerState // cost-aware policies and admission (policy_state.go)
 }
 
 // NewModel builds the placement state of one model from its (validated)
@@ -217,6 +219,7 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	m.lbWait, m.lbRun = make([]int, n), make([]int, n)
 	m.eligible = func(i int) bool { return m.reps[i].healthy }
 	m.ring = buildRing(m.reps)
+	m.peer = newPeerState(n)
 	return m, nil
 }
 
@@ -299,6 +302,7 @@ func (m *Model) Done(p Placement, now time.Time) {
 	if p.SessionHash != 0 {
 		m.sessions.touchHash(p.SessionHash, now.UnixNano())
 	}
+	m.peerDone(p, now)
 }
 
 // SetHealthy marks a replica healthy or not (the poller's verdict). An
@@ -343,16 +347,18 @@ func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
 	r.hitRate.add(now, s.PrefixQueries, s.PrefixHits)
 	m.lbWait[i], m.lbRun[i] = int(s.Waiting), int(s.Running)
 	m.dp.Observe(now, m.lbWait, m.lbRun)
+	m.peerObserve(i, s, now)
 }
 
-// ExpireIdle sweeps up to budget sessions (all when budget <= 0) and
-// removes those idle for longer than the TTL. The Warden calls it on each
+// ExpireIdle sweeps up to budget table slots (all when budget <= 0),
+// removes the sessions idle for longer than the TTL and marks those quiet
+// for ActiveWindow inactive. The Warden calls it on each
 // poll tick so that idle sessions go even without traffic.
 func (m *Model) ExpireIdle(now time.Time, budget int) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if budget <= 0 {
-		budget = m.sessions.len()
+		budget = len(m.sessions.slots) + m.sessions.len() // every slot, plus re-looks after removals
 	}
 	return m.sessions.sweep(now.UnixNano(), budget)
 }

@@ -39,7 +39,8 @@ const (
 
 // Policies lists every policy name.
 func Policies() []Policy {
-	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash}
+	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash,
+		PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated} // the last three: policy_cost.go, policy_peers.go
 }
 
 func parsePolicy(p Policy) (Policy, error) {
@@ -218,7 +219,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 		pos = m.sessions.insert(h, i, now)
 		return m.commit(i, KindNew, h, pos, now), nil
 	}
-	pinned := int(m.sessions.entries[pos].replica)
+	pinned := int(m.sessions.slots[pos].replica)
 	if !m.reps[pinned].healthy {
 		i := m.leastLoaded(-1)
 		m.moved++
@@ -238,7 +239,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 // countStay updates the sticky share for a known session going to replica i
 // (for rules that do not count it themselves).
 func (m *Model) countStay(pos, i int) {
-	if int(m.sessions.entries[pos].replica) == i {
+	if int(m.sessions.slots[pos].replica) == i {
 		m.stayed++
 	} else {
 		m.moved++
@@ -250,7 +251,7 @@ func (m *Model) countStay(pos, i int) {
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
 		m.sessions.touch(pos, now)
-		m.sessions.entries[pos].turns++
+		m.sessions.slots[pos].turns++
 	}
 	r := &m.reps[i]
 	r.inFlight++
@@ -303,6 +304,8 @@ func (m *Model) pickByPolicy(p Policy, h uint64, r Request) int {
 				k--
 			}
 		}
+	case PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated:
+		return m.pickPeer(p, h, r)
 	case PolicyHash:
 		if h != 0 {
 			return m.ringLookup(h)
@@ -433,8 +436,8 @@ func (m *Model) Retry(p Placement, now time.Time) (Placement, error) {
 		return p, ErrNoHealthyReplica
 	}
 	if p.SessionHash != 0 {
-		if pos, ok := m.sessions.index[p.SessionHash]; ok && int(m.sessions.entries[pos].replica) == p.Replica {
-			m.sessions.repin(int(pos), i)
+		if pos := m.sessions.find(p.SessionHash); pos >= 0 && int(m.sessions.slots[pos].replica) == p.Replica {
+			m.sessions.repin(pos, i)
 		}
 	}
 	r := &m.reps[i]

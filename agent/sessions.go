@@ -46,15 +46,22 @@ const ActiveWindow = time.Minute
 // MaxReplicas bounds the replicas of one model (the table stores an int16).
 const MaxReplicas = 1 << 15
 
-// sessionTable holds the live sessions of one model. Entries sit densely in
-// a slice and the index maps a hash to its position, so that expiry can sweep
-// the slice incrementally: every placement looks at sweepPerPlace entries
-// from a rotating cursor (amortised O(1), never a full scan on the request
-// path), and a lookup that finds an idle entry expires it on the spot, so
-// the TTL is exact for routing even when the sweep lags behind.
+// sessionTable holds the live sessions of one model in an open-addressing
+// hash table with the entries inline (linear probing on the low bits of the
+// keyed hash, which is already uniform; hash 0 marks an empty slot). A
+// decision touches one slot, so at 100k sessions it costs one cache miss
+// rather than a map lookup followed by a second one into an entry array.
+// Deletion shifts the rest of the probe run back (no tombstones), and the
+// table doubles at 3/4 full.
+//
+// Expiry never scans on the request path: every placement examines
+// sweepPerPlace slots from a rotating cursor (amortised O(1)), the Warden
+// sweeps a bounded number per poll tick, and a lookup that finds an idle
+// entry expires it on the spot, so the TTL is exact for routing even when
+// the sweep lags behind.
 type sessionTable struct {
-	index   map[uint64]uint32
-	entries []sessionEntry
+	slots   []sessionEntry // len is a power of two
+	count   int
 	cursor  int
 	ttl     int64
 	sink    SessionSink
@@ -63,14 +70,16 @@ type sessionTable struct {
 	expired uint64
 }
 
-// sweepPerPlace entries are examined for expiry on every placement. Two is
-// enough to keep up with any steady state: each new session adds one entry,
-// and the sweep visits two.
-const sweepPerPlace = 2
+// sweepPerPlace slots are examined for expiry on every placement: at 3/8 to
+// 3/4 occupancy that is at least one entry per placement, as many as a new
+// session adds.
+const sweepPerPlace = 3
+
+const minSessionSlots = 64
 
 func newSessionTable(replicas int, ttl time.Duration, sink SessionSink) *sessionTable {
 	return &sessionTable{
-		index:  make(map[uint64]uint32),
+		slots:  make([]sessionEntry, minSessionSlots),
 		ttl:    int64(ttl),
 		sink:   sink,
 		pinned: make([]int, replicas),
@@ -78,28 +87,44 @@ func newSessionTable(replicas int, ttl time.Duration, sink SessionSink) *session
 	}
 }
 
-func (t *sessionTable) len() int { return len(t.entries) }
+func (t *sessionTable) len() int { return t.count }
 
-// lookup returns the position of a live session, or -1. An entry idle for
+// find returns the slot of hash h, or -1, without looking at its age.
+func (t *sessionTable) find(h uint64) int {
+	mask := len(t.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		switch t.slots[i].hash {
+		case h:
+			return i
+		case 0:
+			return -1
+		}
+	}
+}
+
+// lookup returns the slot of a live session, or -1. An entry idle for
 // longer than the TTL is expired here and reported absent.
 func (t *sessionTable) lookup(h uint64, now int64) int {
-	i, ok := t.index[h]
-	if !ok {
+	i := t.find(h)
+	if i < 0 {
 		return -1
 	}
-	if now-t.entries[i].lastSeen > t.ttl {
-		t.remove(int(i))
+	if now-t.slots[i].lastSeen > t.ttl {
+		t.remove(i)
 		t.expired++
 		return -1
 	}
-	return int(i)
+	return i
 }
 
-// insert adds a session pinned to replica; h must not be present.
+// insert adds a session pinned to replica; h (non-zero) must not be
+// present. It returns the entry's slot (slots move when the table grows).
 func (t *sessionTable) insert(h uint64, replica int, now int64) int {
-	i := len(t.entries)
-	t.entries = append(t.entries, sessionEntry{hash: h, lastSeen: now, replica: int16(replica), active: true})
-	t.index[h] = uint32(i)
+	if 4*(t.count+1) > 3*len(t.slots) {
+		t.grow()
+	}
+	i := t.place(sessionEntry{hash: h, lastSeen: now, replica: int16(replica), active: true})
+	t.count++
 	t.pinned[replica]++
 	t.active[replica]++
 	if t.sink != nil {
@@ -108,9 +133,31 @@ func (t *sessionTable) insert(h uint64, replica int, now int64) int {
 	return i
 }
 
-// repin moves the session at position i to another replica.
+// place puts e into the first free slot of its probe run.
+func (t *sessionTable) place(e sessionEntry) int {
+	mask := len(t.slots) - 1
+	i := int(e.hash) & mask
+	for t.slots[i].hash != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = e
+	return i
+}
+
+func (t *sessionTable) grow() {
+	old := t.slots
+	t.slots = make([]sessionEntry, 2*len(old))
+	for _, e := range old {
+		if e.hash != 0 {
+			t.place(e)
+		}
+	}
+	t.cursor = 0
+}
+
+// repin moves the session in slot i to another replica.
 func (t *sessionTable) repin(i, replica int) {
-	e := &t.entries[i]
+	e := &t.slots[i]
 	if int(e.replica) == replica {
 		return
 	}
@@ -126,9 +173,9 @@ func (t *sessionTable) repin(i, replica int) {
 	}
 }
 
-// touch records activity of the session at position i.
+// touch records activity of the session in slot i.
 func (t *sessionTable) touch(i int, now int64) {
-	e := &t.entries[i]
+	e := &t.slots[i]
 	if now > e.lastSeen {
 		e.lastSeen = now
 	}
@@ -140,21 +187,16 @@ func (t *sessionTable) touch(i int, now int64) {
 
 // touchHash is touch by hash (a request's end).
 func (t *sessionTable) touchHash(h uint64, now int64) {
-	if i, ok := t.index[h]; ok {
-		t.touch(int(i), now)
+	if i := t.find(h); i >= 0 {
+		t.touch(i, now)
 	}
 }
 
-// remove drops the entry at position i by moving the last entry into its place.
+// remove empties slot i and shifts later entries of the probe run back
+// into the hole (backward-shift deletion), so no probe run is broken.
 func (t *sessionTable) remove(i int) {
-	e := t.entries[i]
-	last := len(t.entries) - 1
-	if i != last {
-		t.entries[i] = t.entries[last]
-		t.index[t.entries[i].hash] = uint32(i)
-	}
-	t.entries = t.entries[:last]
-	delete(t.index, e.hash)
+	e := t.slots[i]
+	t.count--
 	t.pinned[e.replica]--
 	if e.active {
 		t.active[e.replica]--
@@ -162,23 +204,36 @@ func (t *sessionTable) remove(i int) {
 	if t.sink != nil {
 		t.sink.Delete(e.hash)
 	}
+	mask := len(t.slots) - 1
+	hole := i
+	for j := (i + 1) & mask; t.slots[j].hash != 0; j = (j + 1) & mask {
+		home := int(t.slots[j].hash) & mask
+		// The entry at j may move into the hole unless its home lies
+		// cyclically in (hole, j]: then it must stay at or after its home.
+		if (j-home)&mask >= (j-hole)&mask {
+			t.slots[hole] = t.slots[j]
+			hole = j
+		}
+	}
+	t.slots[hole] = sessionEntry{}
 }
 
-// sweep examines up to budget entries from the cursor, expires the idle
-// ones and marks the quiet ones inactive; it returns how many it expired.
+// sweep examines up to budget slots from the cursor, expires the idle
+// entries and marks the quiet ones inactive; it returns how many it expired.
 func (t *sessionTable) sweep(now int64, budget int) int {
 	n := 0
-	for ; budget > 0 && len(t.entries) > 0; budget-- {
-		if t.cursor >= len(t.entries) {
-			t.cursor = 0
-		}
-		if now-t.entries[t.cursor].lastSeen > t.ttl {
-			t.remove(t.cursor) // the last entry moved here: look at it next
+	mask := len(t.slots) - 1
+	for ; budget > 0 && t.count > 0; budget-- {
+		t.cursor &= mask
+		e := &t.slots[t.cursor]
+		switch {
+		case e.hash == 0:
+		case now-e.lastSeen > t.ttl:
+			t.remove(t.cursor) // a later entry may have shifted here: look again
 			t.expired++
 			n++
 			continue
-		}
-		if e := &t.entries[t.cursor]; e.active && now-e.lastSeen > int64(ActiveWindow) {
+		case e.active && now-e.lastSeen > int64(ActiveWindow):
 			e.active = false
 			t.active[e.replica]--
 		}
@@ -189,8 +244,11 @@ func (t *sessionTable) sweep(now int64, budget int) int {
 
 // snapshot copies the live sessions (for the admin API).
 func (t *sessionTable) snapshot(model string, now int64, limit int) []SessionInfo {
-	out := make([]SessionInfo, 0, min(len(t.entries), max(limit, 0)))
-	for _, e := range t.entries {
+	out := make([]SessionInfo, 0, min(t.count, max(limit, 0)))
+	for _, e := range t.slots {
+		if e.hash == 0 {
+			continue
+		}
 		if limit > 0 && len(out) >= limit {
 			break
 		}
