@@ -357,7 +357,11 @@ func compareCard(card pageCard, m agent.ModelStatus) []string {
 		spill += " (auto)"
 	}
 	check("spill pill", card.Pills["spill_threshold"].Text, spill)
-	checkPercentText(&diffs, "sticky pill", strings.TrimPrefix(card.Pills["sticky"].Text, "Sticky "), m.StickyShare)
+	if m.Stayed+m.Moved == 0 {
+		check("sticky pill", card.Pills["sticky"].Text, "Sticky –")
+	} else {
+		checkPercentText(&diffs, "sticky pill", strings.TrimPrefix(card.Pills["sticky"].Text, "Sticky "), m.StickyShare)
+	}
 	check("in-flight pill", card.Pills["in_flight"].Text, "In flight "+groupThousands(float64(m.InFlight)))
 	if len(card.Rows) != len(m.Replicas) {
 		return append(diffs, fmt.Sprintf("rows: page %d, API %d", len(card.Rows), len(m.Replicas)))

@@ -37,6 +37,7 @@
     date: (d) => d.getFullYear() + '-' + String(d.getMonth() + 1).padStart(2, '0') + '-' + String(d.getDate()).padStart(2, '0'),
     zone: () => {
       const off = -new Date().getTimezoneOffset();
+      if (off === 0) return 'UTC';
       const sign = off >= 0 ? '+' : '−';
       const a = Math.abs(off);
       return 'UTC' + sign + Math.floor(a / 60) + (a % 60 ? ':' + String(a % 60).padStart(2, '0') : '');
@@ -51,8 +52,8 @@
   };
 
   function readModels(body) {
-    const list = Array.isArray(body) ? body : body.models || [];
-    const started = body.started_at || body.started || body.start_time || null;
+    const list = body.models || [];
+    const started = body.started_at || null; // not in ModelsResponse yet: see wardenStart
     return {
       startedAt: started ? new Date(started) : null,
       models: list.map((m) => {
@@ -61,7 +62,8 @@
           affinity: m.affinity === true,
           spillThreshold: num(m.spill_threshold),
           spillAuto: m.spill_threshold_auto === true,
-          sticky: num(m.sticky_share),
+          // no request of a known session yet: no share, rather than 0%
+          sticky: (m.stayed ?? 1) + (m.moved ?? 1) > 0 ? num(m.sticky_share) : null,
           inFlight: num(m.in_flight),
           frontend: m.frontend || '',
           policy: m.effective_policy || m.policy || '',
