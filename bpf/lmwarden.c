@@ -386,8 +386,15 @@ int lmw_verdict(struct __sk_buff *skb)
 			 * has not seen yet; they are dropped below.) */
 			st->armed = (o <= ctl->arm_at);
 		} else if (ctl->mode == SOCK_RESPONSE) {
-			st->armed = 1;
+			/* Armed only if the shim has every byte passed so far
+			 * (arm_at = the offset after them); else it carries this
+			 * response itself from what is passed. */
+			st->armed = (o == ctl->arm_at);
 			start_head(st);
+			st->phase = ctl->start_phase;
+			st->line_pos = ctl->start_line_pos;
+			st->remaining = ctl->start_remaining;
+			st->acc = ctl->start_acc;
 			if (rs)
 				rs->requests++;
 		}
@@ -418,11 +425,24 @@ int lmw_verdict(struct __sk_buff *skb)
 			o = arm;
 			len -= cut;
 		}
-		if (st->armed && o >= arm && o + len <= ctl->body_end)
+		if (st->armed && o >= arm && o + len <= ctl->body_end) {
+			if (o + len == ctl->body_end) {
+				/* tell the shim the body is complete */
+				struct response_end ev = {
+					.cookie = cookie,
+					.bytes = st->redirected + len,
+					.gen = st->gen,
+					.replica = replica,
+					.how = END_BODY,
+				};
+
+				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
+			}
 			return carry(skb, ctl, st, rs, len);
+		}
 		return pass(st, rs, len);
 	}
-	if (ctl->mode != SOCK_RESPONSE)
+	if (ctl->mode != SOCK_RESPONSE || !st->armed)
 		return pass(st, rs, len);
 
 	if (st->phase != PH_DONE && st->done_gen != st->gen) {

@@ -65,10 +65,19 @@ struct sock_ctl {
 	__u64 peer;     /* cookie of the socket redirected bytes go to */
 	__u64 arm_at;   /* REQUEST: stream offset of the first byte the kernel may carry */
 	__u64 body_end; /* REQUEST: stream offset one past the request body */
+	/* arm_at, RESPONSE: stream offset of the first byte the shim has not
+	 * got; the kernel carries only if its next segment starts there. */
 	__u32 gen;      /* bumped by the shim at every arm */
 	__u32 mode;     /* enum sock_mode */
-	__u32 replica;  /* index into replica_stats */
+	__u32 replica;  /* index into stats */
 	__u32 flags;    /* CTL_* */
+	/* RESPONSE: where the parser starts. Zero (PH_HEAD) when the kernel
+	 * sees the response from its first byte; a body phase when the shim
+	 * read the head and some body bytes itself (the state after them). */
+	__u32 start_phase;
+	__u32 start_line_pos;
+	__u64 start_remaining;
+	__u64 start_acc;
 };
 
 /* sock_state: the verdict's own bookkeeping for one socket, keyed by socket
@@ -110,8 +119,10 @@ struct replica_stats {
 	__u64 bytes_user;   /* bytes passed to the shim */
 };
 
-/* response_end: one ring-buffer record per finished response. */
-#define END_FRAMED 1 /* Content-Length or chunked end found */
+/* response_end: one ring-buffer record per finished response (and per
+ * request body the kernel carried to its end). */
+#define END_FRAMED 1 /* response: Content-Length or chunked end found */
+#define END_BODY 2   /* request: the last body byte was carried (cookie = client) */
 
 struct response_end {
 	__u64 cookie; /* upstream socket cookie */

@@ -65,14 +65,18 @@ type LmwardenSession struct {
 }
 
 type LmwardenSockCtl struct {
-	_       structs.HostLayout
-	Peer    uint64
-	ArmAt   uint64
-	BodyEnd uint64
-	Gen     uint32
-	Mode    uint32
-	Replica uint32
-	Flags   uint32
+	_              structs.HostLayout
+	Peer           uint64
+	ArmAt          uint64
+	BodyEnd        uint64
+	Gen            uint32
+	Mode           uint32
+	Replica        uint32
+	Flags          uint32
+	StartPhase     uint32
+	StartLinePos   uint32
+	StartRemaining uint64
+	StartAcc       uint64
 }
 
 type LmwardenSockMode uint32

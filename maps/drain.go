@@ -91,3 +91,12 @@ func DrainQueued(c *net.TCPConn) ([]byte, error) {
 	}
 	return out, rerr
 }
+
+// Written reports the bytes ever queued for sending on c (see written).
+func Written(c *net.TCPConn) (uint64, error) { return written(c) }
+
+// WaitWritten waits until c has queued at least want bytes, so that what
+// the caller writes next cannot overtake bytes the kernel redirected to c.
+func WaitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
+	return waitWritten(c, want, timeout)
+}

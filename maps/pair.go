@@ -92,8 +92,14 @@ func (p *Pair) StartRequest(up *net.TCPConn, replica uint32, noBody bool) error 
 		flags |= CtlNoBody
 	}
 	if up == p.up {
+		// The previous response ended and the upstream sent nothing since:
+		// the verdict has seen exactly the bytes it carried.
+		st, err := p.s.SocketState(p.uCookie)
+		if err != nil {
+			return err
+		}
 		p.uGen++
-		return p.s.Arm(p.uCookie, SockCtl{Peer: p.cCookie, Gen: p.uGen, Mode: ModeResponse, Replica: replica, Flags: flags})
+		return p.s.Arm(p.uCookie, SockCtl{Peer: p.cCookie, ArmAt: st.Seen, Gen: p.uGen, Mode: ModeResponse, Replica: replica, Flags: flags})
 	}
 	cookie, err := Cookie(up)
 	if err != nil {

@@ -105,3 +105,25 @@ func DecodeResponseEnd(rec ringbuf.Record) (ResponseEnd, bool) {
 	ev.How = ne.Uint32(b[28:])
 	return ev, true
 }
+
+// WatchResponseEnds delivers the ResponseEnd records of upstream cookie to
+// ch (dropped if ch is full) until UnwatchResponseEnds.
+func (s *State) WatchResponseEnds(cookie uint64, ch chan ResponseEnd) error {
+	return s.watchEnds(cookie, ch)
+}
+
+// UnwatchResponseEnds stops delivering cookie's records.
+func (s *State) UnwatchResponseEnds(cookie uint64) { s.unwatchEnds(cookie) }
+
+// SocketInMap reports whether cookie is in the SOCKHASH.
+func (s *State) SocketInMap(cookie uint64) bool {
+	var v uint64
+	return s.objs.Socks.Lookup(cookie, &v) == nil
+}
+
+// Ctl reads the control entry of cookie (zero if none).
+func (s *State) Ctl(cookie uint64) SockCtl {
+	var c SockCtl
+	s.objs.SockCtls.Lookup(cookie, &c)
+	return c
+}
