@@ -180,7 +180,7 @@ func (s *Shim) serveConn(c *Conn) {
 			headDeadline = time.Now().Add(s.opts.HeadTimeout)
 		}
 		_ = c.SetReadDeadline(headDeadline)
-		h, rest, err := ReadHead(c.TCPConn, c.Pending)
+		h, rest, err := s.readHead(c, first) // kernel datapath hook: l7/kernel_head.go
 		if first && !s.setIdle(c, false) {
 			return
 		}

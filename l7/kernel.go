@@ -1,0 +1,565 @@
+package l7
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/maps"
+)
+
+// KernelPath is the sockmap Datapath (docs/kernel.md). The shim still
+// reads every request head and response head; from RelayRequestBody on,
+// both sockets of the exchange sit in the pinned SOCKHASH and the sk_skb
+// verdict program carries the request body and the response body socket
+// to socket. The shim learns where each ends from the verdict itself (a
+// ring-buffer record when the last body byte was carried, or when its
+// parser of Content-Length / chunked framing reached the end of the
+// response), so RelayResponseBody returns exactly at the end and the
+// in-flight count stays exact.
+//
+// Bytes the shim already holds (read with a head, or queued in the socket
+// when it joins the map) it forwards itself, first; the kernel then carries
+// only what follows. When the kernel cannot take over safely (the socket
+// received bytes between the shim's last read and the arm) the verdict
+// passes the rest to the shim, which forwards it here: slower, never
+// reordered.
+type KernelPath struct {
+	st *maps.State
+
+	mu    sync.Mutex
+	slots  map[ReplicaKey]uint32
+	user   map[ReplicaKey]*byteCounters
+	peeked map[uint64]peekedHead // by client cookie
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// maxSlots is the stats map's size (LMW_MAX_REPLICAS).
+const maxSlots = 256
+
+var errKernelSlots = errors.New("l7: kernel datapath: more than 256 replicas")
+
+// NewKernelPath returns a datapath over loaded state; Close stops its
+// background sweeper (the state stays the caller's).
+func NewKernelPath(st *maps.State) *KernelPath {
+	k := &KernelPath{st: st, slots: map[ReplicaKey]uint32{}, user: map[ReplicaKey]*byteCounters{},
+		peeked: map[uint64]peekedHead{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go k.sweep()
+	return k
+}
+
+// Name implements Datapath.
+func (k *KernelPath) Name() string { return "kernel" }
+
+// State is the pinned kernel state the path uses.
+func (k *KernelPath) State() *maps.State { return k.st }
+
+// Close stops the sweeper.
+func (k *KernelPath) Close() error {
+	select {
+	case <-k.stop:
+	default:
+		close(k.stop)
+		<-k.done
+	}
+	return nil
+}
+
+// sweep drops the map entries of sockets that closed.
+func (k *KernelPath) sweep() {
+	defer close(k.done)
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	var prev map[uint64]bool
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			prev = k.st.SweepClosed(prev)
+			k.forgetStalePeeks()
+		}
+	}
+}
+
+// slot is the stats index of the exchange's replica.
+func (k *KernelPath) slot(x *Exchange) (uint32, *byteCounters, error) {
+	key := ReplicaKey{x.Model, x.Replica}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.slots[key]
+	if !ok {
+		if len(k.slots) >= maxSlots {
+			return 0, nil, errKernelSlots
+		}
+		s = uint32(len(k.slots))
+		k.slots[key] = s
+		k.user[key] = &byteCounters{}
+	}
+	return s, k.user[key], nil
+}
+
+// KernelCounts are one replica's counters in kernel mode.
+type KernelCounts struct {
+	Requests, Responses uint64 // responses the kernel carried, and whose end it found
+	KernelBytes         uint64 // body bytes redirected socket to socket
+	PassedBytes         uint64 // bytes the verdict handed to the shim (heads, fallbacks)
+	UserUp, UserDown    uint64 // body bytes the shim forwarded itself
+}
+
+// Counts returns the counters per replica.
+func (k *KernelPath) Counts() map[ReplicaKey]KernelCounts {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[ReplicaKey]KernelCounts, len(k.slots))
+	for key, s := range k.slots {
+		st, _ := k.st.Stats(s)
+		u := k.user[key]
+		out[key] = KernelCounts{Requests: st.Requests, Responses: st.Responses,
+			KernelBytes: st.BytesKernel, PassedBytes: st.BytesUser,
+			UserUp: u.up.Load(), UserDown: u.down.Load()}
+	}
+	return out
+}
+
+// join puts c into the SOCKHASH (if it is not there yet) in pass mode.
+// Whatever c has queued is read first into Pending: a segment left half
+// read when a socket joins is verdicted again from its start (measured on
+// 6.18), which would send the read part twice.
+func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
+	cookie, err := maps.Cookie(c.TCPConn)
+	if err != nil {
+		return 0, err
+	}
+	if k.st.SocketInMap(cookie) {
+		return cookie, nil
+	}
+	q, err := maps.DrainQueued(c.TCPConn)
+	if err != nil {
+		return 0, err
+	}
+	c.Pending = append(c.Pending, q...)
+	if err := k.st.Arm(cookie, maps.SockCtl{Mode: maps.ModePass, Replica: slot}); err != nil {
+		return 0, err
+	}
+	if err := k.st.AddSocket(c.TCPConn, cookie, 0); err != nil {
+		return 0, fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
+	}
+	return cookie, nil
+}
+
+// drainSynced reads what the verdict passed to the shim and is still
+// queued, and returns it with the stream offset after it: the verdict
+// runs under the socket lock, as does a read, so reading the offset before
+// a read that finds the queue empty gives exactly the bytes the shim has.
+func (k *KernelPath) drainSynced(c *Conn, cookie uint64) ([]byte, uint64, error) {
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		st, err := k.st.SocketState(cookie)
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := readNow(c.TCPConn, buf)
+		if n > 0 {
+			out = append(out, buf[:n]...)
+			continue
+		}
+		if err != nil {
+			return out, 0, err
+		}
+		return out, st.Seen, nil
+	}
+}
+
+// readNow reads what is queued without waiting: (0, nil) if nothing is.
+func readNow(c *net.TCPConn, buf []byte) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	if errors.Is(rerr, unix.EAGAIN) {
+		return 0, nil
+	}
+	if rerr != nil {
+		return 0, rerr
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// RelayRequestBody implements Datapath.
+func (k *KernelPath) RelayRequestBody(x *Exchange) error {
+	slot, uc, err := k.slot(x)
+	if err != nil {
+		return err
+	}
+	// Both sockets join now: the upstream before its response head
+	// arrives, the client before the shim's client watch starts reading it.
+	ucookie, err := k.join(x.Upstream, slot)
+	if err != nil {
+		return err
+	}
+	if ccookie, err := maps.Cookie(x.Client.TCPConn); err == nil {
+		if size, ok := k.takePeeked(ccookie); ok {
+			return k.carryPeeked(x, ccookie, ucookie, slot, uint64(size), uc)
+		}
+	}
+	ccookie, err := k.join(x.Client, slot)
+	if err != nil {
+		return err
+	}
+	switch x.Request.Framing {
+	case FramingLength:
+		if x.Request.ContentLength > 0 {
+			return k.carryRequestBody(x, ccookie, ucookie, slot, uc)
+		}
+	case FramingChunked:
+		n, err := relayUser(x.Upstream, x.Client, maps.ChunkedBody(), x.Idle)
+		x.BodyBytesUp += n
+		uc.up.Add(uint64(n))
+		return err
+	}
+	return nil
+}
+
+// carryPeeked hands over a client whose first head the shim only peeked:
+// the whole stream is still in the socket, so the verdict drops the head
+// bytes and carries the body after them, from the first byte on.
+func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, size uint64, uc *byteCounters) error {
+	var length uint64
+	if x.Request.Framing == FramingLength {
+		length = uint64(x.Request.ContentLength)
+	}
+	w0, err := maps.Written(x.Upstream.TCPConn)
+	if err != nil {
+		return err
+	}
+	ends := make(chan maps.ResponseEnd, 4)
+	if length > 0 {
+		if err := k.st.WatchResponseEnds(cc, ends); err != nil {
+			return err
+		}
+		defer k.st.UnwatchResponseEnds(cc)
+	}
+	ctl := maps.SockCtl{Peer: ucookie, ArmAt: size, BodyEnd: size + length, Gen: 1, Mode: maps.ModeRequest, Replica: slot}
+	if err := k.st.Arm(cc, ctl); err != nil {
+		return err
+	}
+	if err := k.st.AddSocket(x.Client.TCPConn, cc, 0); err != nil {
+		return fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
+	}
+	switch {
+	case length > 0:
+		return k.waitBody(x, cc, 1, length, w0, ends, uc)
+	case x.Request.Framing == FramingChunked:
+		n, err := relayUser(x.Upstream, x.Client, maps.ChunkedBody(), x.Idle)
+		x.BodyBytesUp += n
+		uc.up.Add(uint64(n))
+		return err
+	}
+	return nil
+}
+
+func (k *KernelPath) carryRequestBody(x *Exchange, cc, ucookie uint64, slot uint32, uc *byteCounters) error {
+	remaining := uint64(x.Request.ContentLength)
+	q, seen, err := k.drainSynced(x.Client, cc)
+	if err != nil {
+		return err
+	}
+	have := append(append([]byte(nil), x.Client.Pending...), q...)
+	n := min(uint64(len(have)), remaining)
+	if n > 0 {
+		if _, err := x.Upstream.writeAll(x.Idle, have[:n]); err != nil {
+			return err
+		}
+		remaining -= n
+		x.BodyBytesUp += int64(n)
+		uc.up.Add(n)
+	}
+	x.Client.Pending = have[n:]
+	if remaining == 0 {
+		return nil
+	}
+	w0, err := maps.Written(x.Upstream.TCPConn)
+	if err != nil {
+		return err
+	}
+	ends := make(chan maps.ResponseEnd, 4)
+	if err := k.st.WatchResponseEnds(cc, ends); err != nil {
+		return err
+	}
+	defer k.st.UnwatchResponseEnds(cc)
+	gen := k.st.Ctl(cc).Gen + 1
+	ctl := maps.SockCtl{Peer: ucookie, ArmAt: seen, BodyEnd: seen + remaining, Gen: gen, Mode: maps.ModeRequest, Replica: slot}
+	if err := k.st.Arm(cc, ctl); err != nil {
+		return err
+	}
+
+	return k.waitBody(x, cc, gen, remaining, w0, ends, uc)
+}
+
+// waitBody waits until the kernel carried the armed body (gen) of
+// remaining bytes, forwarding itself whatever the verdict passes instead.
+func (k *KernelPath) waitBody(x *Exchange, cc uint64, gen uint32, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
+	var carried, user uint64
+	buf := make([]byte, 64<<10)
+	pause := 20 * time.Microsecond
+	lastProgress, lastTotal := time.Now(), uint64(0)
+	for {
+		select {
+		case ev := <-ends:
+			if ev.Gen == gen && ev.How == 2 {
+				carried = ev.Bytes
+			}
+		case <-time.After(pause):
+			pause = min(2*pause, 2*time.Millisecond)
+		}
+		if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
+			carried = max(carried, st.Redirected)
+		}
+		if carried+user >= remaining {
+			break
+		}
+		// Bytes passed to the shim mean the kernel stopped carrying this
+		// body (its counter is final): forward the rest here, after the
+		// carried bytes have landed.
+		n, rerr := readNow(x.Client.TCPConn, buf)
+		if n > 0 {
+			if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
+				carried = st.Redirected
+			}
+			m := min(uint64(n), remaining-carried-user)
+			if err := maps.WaitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle); err != nil {
+				return err
+			}
+			if _, err := x.Upstream.writeAll(x.Idle, buf[:m]); err != nil {
+				return err
+			}
+			user += m
+			uc.up.Add(m)
+			x.Client.Pending = append(x.Client.Pending, buf[m:n]...)
+			pause = 20 * time.Microsecond
+			continue
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				rerr = io.ErrUnexpectedEOF
+			}
+			return rerr
+		}
+		if t := carried + user; t != lastTotal {
+			lastProgress, lastTotal = time.Now(), t
+		} else if time.Since(lastProgress) > x.Idle {
+			return fmt.Errorf("l7: kernel datapath: request body stalled: %w", errIdle)
+		}
+	}
+	x.BodyBytesUp += int64(carried + user)
+	return maps.WaitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle)
+}
+
+var errIdle = errors.New("idle timeout")
+
+// RelayResponseBody implements Datapath.
+func (k *KernelPath) RelayResponseBody(x *Exchange) error {
+	slot, uc, err := k.slot(x)
+	if err != nil {
+		return err
+	}
+	var fr maps.BodyFraming
+	switch x.Response.Framing {
+	case FramingNone:
+		return nil
+	case FramingLength:
+		fr = maps.LengthBody(uint64(x.Response.ContentLength))
+	case FramingChunked:
+		fr = maps.ChunkedBody()
+	case FramingClose:
+		fr = maps.CloseBody()
+	}
+	// A socket that was in the SOCKHASH is not pooled: its next response
+	// would meet this one's verdict state.
+	x.Response.Reusable = false
+	ccookie, err := k.join(x.Client, slot)
+	if err != nil {
+		return err
+	}
+	ucookie, err := k.join(x.Upstream, slot)
+	if err != nil {
+		return err
+	}
+	q, seen, err := k.drainSynced(x.Upstream, ucookie)
+	if err != nil {
+		return err
+	}
+	have := append(append([]byte(nil), x.Upstream.Pending...), q...)
+	x.Upstream.Pending = nil
+	var user uint64
+	if len(have) > 0 {
+		n := fr.Feed(have)
+		if _, err := x.Client.writeAll(x.Idle, have[:n]); err != nil {
+			return err
+		}
+		user += uint64(n)
+		uc.down.Add(uint64(n))
+	}
+	x.BodyBytesDown += int64(user)
+	if fr.Done() {
+		return nil
+	}
+	w0, err := maps.Written(x.Client.TCPConn)
+	if err != nil {
+		return err
+	}
+	ends := make(chan maps.ResponseEnd, 4)
+	if err := k.st.WatchResponseEnds(ucookie, ends); err != nil {
+		return err
+	}
+	defer k.st.UnwatchResponseEnds(ucookie)
+	gen := k.st.Ctl(ucookie).Gen + 1
+	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot}
+	fr.Ctl(&ctl)
+	if err := k.st.Arm(ucookie, ctl); err != nil {
+		return err
+	}
+
+	// The upstream's FIN or RST is not carried across the redirect: one
+	// read on it notices them (and gets bytes only if the arm failed).
+	reads := make(chan upRead, 8)
+	quit := make(chan struct{})
+	defer close(quit)
+	go watchUpstream(x.Upstream.TCPConn, reads, quit)
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastProgress, lastCarried := time.Now(), uint64(0)
+	finish := func(carried uint64) error {
+		x.BodyBytesDown += int64(carried)
+		// Return once the carried bytes have landed: what the shim writes
+		// to this client next must not overtake them.
+		return maps.WaitWritten(x.Client.TCPConn, w0+carried, x.Idle)
+	}
+	for {
+		select {
+		case ev := <-ends:
+			if ev.Gen == gen {
+				return finish(ev.Bytes)
+			}
+		case r := <-reads:
+			if len(r.data) > 0 {
+				// The arm found bytes the shim had not read: this
+				// response is the shim's to forward (nothing was carried).
+				n := fr.Feed(r.data)
+				if _, err := x.Client.writeAll(x.Idle, r.data[:n]); err != nil {
+					return err
+				}
+				x.BodyBytesDown += int64(n)
+				uc.down.Add(uint64(n))
+				if fr.Done() {
+					return nil
+				}
+			}
+			if r.err != nil {
+				st, _ := k.st.SocketState(ucookie)
+				carried := uint64(0)
+				if st.Gen == gen {
+					carried = st.Redirected
+				}
+				if st.Gen == gen && st.DoneGen == gen {
+					return finish(carried)
+				}
+				if fr.Phase == maps.PhaseUntilClose && errors.Is(r.err, io.EOF) {
+					return finish(carried)
+				}
+				if errors.Is(r.err, io.EOF) {
+					return io.ErrUnexpectedEOF
+				}
+				return r.err
+			}
+		case <-tick.C:
+			st, _ := k.st.SocketState(ucookie)
+			if st.Gen == gen && st.Redirected != lastCarried {
+				lastProgress, lastCarried = time.Now(), st.Redirected
+			} else if time.Since(lastProgress) > x.Idle {
+				return fmt.Errorf("l7: kernel datapath: response stalled: %w", errIdle)
+			}
+		}
+	}
+}
+
+type upRead struct {
+	data []byte
+	err  error
+}
+
+func watchUpstream(c *net.TCPConn, out chan<- upRead, quit <-chan struct{}) {
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := c.Read(buf)
+		if n == 0 && err == nil {
+			continue
+		}
+		select {
+		case out <- upRead{data: buf[:n], err: err}:
+		case <-quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// relayUser forwards a body whose framing the kernel does not carry
+// (chunked requests) from src to dst with plain reads and writes: a socket
+// in a sockmap must not be spliced (splice reads the TCP queue, which the
+// verdict empties). Bytes past the body stay in src.Pending.
+func relayUser(dst, src *Conn, fr maps.BodyFraming, idle time.Duration) (int64, error) {
+	var total int64
+	buf := make([]byte, 64<<10)
+	for {
+		if len(src.Pending) > 0 {
+			n := fr.Feed(src.Pending)
+			if n > 0 {
+				if _, err := dst.writeAll(idle, src.Pending[:n]); err != nil {
+					return total, err
+				}
+				total += int64(n)
+			}
+			src.Pending = src.Pending[n:]
+		}
+		if fr.Done() {
+			return total, nil
+		}
+		_ = src.SetReadDeadline(time.Now().Add(idle))
+		n, err := src.TCPConn.Read(buf)
+		if n > 0 {
+			src.Pending = append(src.Pending, buf[:n]...)
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return total, err
+	}
+}
+
+var _ Datapath = (*KernelPath)(nil)

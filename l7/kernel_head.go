@@ -1,0 +1,77 @@
+package l7
+
+import (
+	"time"
+
+	"github.com/lmwarden/lmwarden/maps"
+)
+
+// HeadReader is implemented by a Datapath that reads a connection's first
+// request head itself. The kernel datapath peeks it (MSG_PEEK) instead of
+// reading it: a socket that joins a sockmap with a segment half read has
+// that whole segment verdicted again, so the head and the body bytes that
+// came with it would be sent twice; peeked, every byte of the stream meets
+// the verdict exactly once, and the kernel drops the head (which the shim
+// forwards, rewritten) and carries the body that follows it.
+type HeadReader interface {
+	// ReadFirstHead reads the first head of c; rest is what c.Pending
+	// must become (the kernel datapath consumes nothing: nil).
+	ReadFirstHead(c *Conn) (h *Head, rest []byte, err error)
+}
+
+// readHead reads the next request head of c, through the datapath's
+// HeadReader for the first one if it has one.
+func (s *Shim) readHead(c *Conn, first bool) (*Head, []byte, error) {
+	if hr, ok := s.dp.(HeadReader); ok && first && len(c.Pending) == 0 {
+		return hr.ReadFirstHead(c)
+	}
+	return ReadHead(c.TCPConn, c.Pending)
+}
+
+// peekedHead remembers that a connection's first head is still in its
+// socket (peeked), until the connection joins the SOCKHASH.
+type peekedHead struct {
+	size int
+	at   time.Time
+}
+
+// ReadFirstHead implements HeadReader: it peeks the head.
+func (k *KernelPath) ReadFirstHead(c *Conn) (*Head, []byte, error) {
+	pr, err := maps.NewPeekReader(c.TCPConn)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, _, err := ReadHead(pr, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	cookie, err := maps.Cookie(c.TCPConn)
+	if err != nil {
+		return nil, nil, err
+	}
+	k.mu.Lock()
+	k.peeked[cookie] = peekedHead{size: h.Size, at: time.Now()}
+	k.mu.Unlock()
+	return h, nil, nil
+}
+
+// takePeeked returns (and forgets) the peeked head size of cookie.
+func (k *KernelPath) takePeeked(cookie uint64) (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.peeked[cookie]
+	delete(k.peeked, cookie)
+	return p.size, ok
+}
+
+// forgetStalePeeks drops records of connections that never reached a
+// body (refused, or closed before placement).
+func (k *KernelPath) forgetStalePeeks() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for c, p := range k.peeked {
+		if time.Since(p.at) > time.Minute {
+			delete(k.peeked, c)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package l7
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// kernelShare sums the kernel path's counters: bytes carried in the
+// kernel and bytes that crossed userspace (passed to the shim, or
+// forwarded by it).
+func kernelShare(k *KernelPath) (kernel, user uint64) {
+	for _, c := range k.Counts() {
+		kernel += c.KernelBytes
+		user += c.PassedBytes + c.UserUp + c.UserDown
+	}
+	return kernel, user
+}
+
+func TestKernelPathCarriesBodyAndStream(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	k := mustKernelPath(t)
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	c := mustDial(t, addr)
+	turn := strings.Repeat("a long agent history line. ", 2000) // ~54 KB body
+	c.send(t, messagesRequestN("s", []string{turn}, "", 256))
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || !strings.Contains(body, "message_stop") {
+		t.Fatalf("status %d body %.200q", resp.StatusCode, body)
+	}
+	kern, user := kernelShare(k)
+	t.Logf("kernel %d bytes, userspace %d bytes; counts %+v", kern, user, k.Counts())
+	if kern < 50_000 {
+		t.Errorf("kernel carried %d bytes, want the body at least", kern)
+	}
+	waitInFlight(t, m)
+}
+
+func TestKernelPathKeepAliveRoutesEachRequestOnItsOwnHead(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	k := mustKernelPath(t)
+	sv := mustSim(t, 2, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	c := mustDial(t, addr)
+	for i, session := range []string{"session-a", "session-b", "session-a"} {
+		c.send(t, messagesRequest(session, []string{"hello from " + session + strings.Repeat(" pad", 5000)}, ""))
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || !strings.Contains(body, "message_stop") {
+			t.Fatalf("request %d: status %d body %.200q", i, resp.StatusCode, body)
+		}
+	}
+	done := requestsDone(sv, 2)
+	if !(done[0] == 2 && done[1] == 1) && !(done[0] == 1 && done[1] == 2) {
+		t.Fatalf("requests per replica %v: two sessions on one connection must be placed apart and each stay put", done)
+	}
+	waitInFlight(t, m)
+}
+
+func TestKernelPathClientAbortLeavesNoSocketInMap(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	k := mustKernelPath(t)
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	c := mustDial(t, addr)
+	c.send(t, messagesRequestN("b", []string{"tell a long story"}, "", 4000))
+	resp, err := readResponse(c)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %v err %v", resp, err)
+	}
+	buf := make([]byte, 64)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitInFlight(t, m)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cookies, _ := k.State().SocketCookies()
+		if len(cookies) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sockets left in the SOCKHASH after the client left", len(cookies))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
