@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +62,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 		Mode: "real", Target: cfg.Target, API: cfg.API, Profile: cfg.Profile, Replicas: len(r.poller.keys),
 		LBStats: cfg.LBStats, Speed: cfg.Speed, Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(),
 		Steps: cfg.Steps, ArmPolicies: map[string]string{}, WorkloadIdeal: Num(r.wl.IdealHitRate(64)),
-		PercentileMethod: PercentileMethod, Started: wall.UTC(),
+		PercentileMethod: PercentileMethod, Started: wall.UTC(), ReplicasRead: r.replicaList(),
 	}
 	lb, _ := sim.ParseLBStats(cfg.LBStats)
 	for _, a := range cfg.Arms {
@@ -383,15 +382,15 @@ func (r *realRun) adminCounters(ctx context.Context) (adminSnapshot, bool) {
 	return s, true
 }
 
-// describeReplicas lists the replicas found, for the command's log.
-func (r *realRun) describeReplicas() string {
-	var parts []string
+// replicaList names the replicas found, for the report.
+func (r *realRun) replicaList() []string {
+	var out []string
 	for _, k := range r.poller.keys {
 		if k.engine != "" {
-			parts = append(parts, k.url+"{engine="+k.engine+"}")
+			out = append(out, k.url+`{engine="`+k.engine+`"}`)
 		} else {
-			parts = append(parts, k.url)
+			out = append(out, k.url)
 		}
 	}
-	return strings.Join(parts, ", ")
+	return out
 }

@@ -13,14 +13,16 @@ import (
 // Report is one benchmark run: how it was run and one result per step and
 // arm. It is what report.json holds and what the table and plots draw.
 type Report struct {
-	Mode     string  `json:"mode"` // "virtual" or "real"
-	Target   string  `json:"target,omitempty"`
-	API      string  `json:"api,omitempty"`
-	Profile  string  `json:"profile,omitempty"`
-	Replicas int     `json:"replicas"`
-	LBStats  string  `json:"lb_stats,omitempty"` // the off arm's balancer stats mode
-	Speed    float64 `json:"speed,omitempty"`    // times are simulated when > 1
-	Seed     uint64  `json:"seed"`
+	Mode     string `json:"mode"` // "virtual" or "real"
+	Target   string `json:"target,omitempty"`
+	API      string `json:"api,omitempty"`
+	Profile  string `json:"profile,omitempty"`
+	Replicas int    `json:"replicas"`
+	// ReplicasRead are the /metrics series read, in replica order (real runs).
+	ReplicasRead []string `json:"replicas_read,omitempty"`
+	LBStats      string   `json:"lb_stats,omitempty"` // the off arm's balancer stats mode
+	Speed        float64  `json:"speed,omitempty"`    // times are simulated when > 1
+	Seed         uint64   `json:"seed"`
 	// PollSeconds is how often replica stats reached the placement (virtual
 	// runs; 0 when unknown), in the replicas' time.
 	PollSeconds float64  `json:"poll_seconds,omitempty"`
