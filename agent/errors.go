@@ -15,4 +15,8 @@ var (
 	ErrInvalidConfig = errors.New("invalid config")
 	// ErrScrape: a replica's /metrics or /health could not be read.
 	ErrScrape = errors.New("scrape failed")
+	// ErrAdmissionFull: admission's queue at the warden is full (503).
+	ErrAdmissionFull = errors.New("admission queue full")
+	// ErrWaitClaimed: Claim was already called for this Wait.
+	ErrWaitClaimed = errors.New("wait already claimed")
 )

@@ -163,6 +163,8 @@ type Model struct {
 	lbWait   []int
 	lbRun    []int
 	eligible func(int) bool
+
+	peer *peerState // cost-aware policies and admission (policy_state.go)
 }
 
 // NewModel builds the placement state of one model from its (validated)
@@ -217,6 +219,7 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	m.lbWait, m.lbRun = make([]int, n), make([]int, n)
 	m.eligible = func(i int) bool { return m.reps[i].healthy }
 	m.ring = buildRing(m.reps)
+	m.peer = newPeerState(n)
 	return m, nil
 }
 
@@ -299,6 +302,7 @@ func (m *Model) Done(p Placement, now time.Time) {
 	if p.SessionHash != 0 {
 		m.sessions.touchHash(p.SessionHash, now.UnixNano())
 	}
+	m.peerDone(p, now)
 }
 
 // SetHealthy marks a replica healthy or not (the poller's verdict). An
@@ -343,6 +347,7 @@ func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
 	r.hitRate.add(now, s.PrefixQueries, s.PrefixHits)
 	m.lbWait[i], m.lbRun[i] = int(s.Waiting), int(s.Running)
 	m.dp.Observe(now, m.lbWait, m.lbRun)
+	m.peerObserve(i, s, now)
 }
 
 // ExpireIdle sweeps up to budget table slots (all when budget <= 0),

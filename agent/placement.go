@@ -39,7 +39,8 @@ const (
 
 // Policies lists every policy name.
 func Policies() []Policy {
-	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash}
+	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash,
+		PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated} // the last three: policy_cost.go, policy_peers.go
 }
 
 func parsePolicy(p Policy) (Policy, error) {
@@ -303,6 +304,8 @@ func (m *Model) pickByPolicy(p Policy, h uint64, r Request) int {
 				k--
 			}
 		}
+	case PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated:
+		return m.pickPeer(p, h, r)
 	case PolicyHash:
 		if h != 0 {
 			return m.ringLookup(h)

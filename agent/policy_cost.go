@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"math"
+	"time"
+)
+
+// Policy `cost` (docs/placement.md): send each request to the replica with
+// the lowest predicted time to first token,
+//
+//		ttft(r) = wait(r) + kvWait(r) + uncached(s, r) / rate(r) (+ hysteresis off s's replica)
+//
+//	  - wait(r): prefill work queued ahead on r. The warden adds each request's
+//	    predicted uncached tokens to r's backlog when it places it and drains
+//	    the backlog at rate(r); the replica's own waiting gauge (other clients'
+//	    traffic) is a floor.
+//	  - kvWait(r): when the context of r's requests in flight plus this prompt
+//	    exceeds r's KV capacity, vLLM admits the request only as running ones
+//	    finish: the overflow's share of capacity times the mean time a request
+//	    stays in flight on r.
+//	  - uncached(s, r): on the replica that holds s (its last turn ran there)
+//	    only what LRU eviction has taken since; the warden estimates that from
+//	    the prompt tokens placed on r since s's last turn (an LRU stack
+//	    distance); on any other replica, the whole prompt less the shared
+//	    prefix every replica holds.
+//	  - rate: prefill tokens a second, learned from the replicas' counters
+//	    (prompt tokens minus prefix hits over time while it had a queue, or
+//	    over its time-to-first-token sum while it had none).
+//
+// Prompt sizes are the request's Content-Length over bytesPerToken.
+const PolicyCost Policy = "cost"
+
+// Defaults of the cost model before anything is learned. They are priors,
+// replaced by what the replicas' metrics say within a few polls.
+const (
+	// priorPrefillRate (tokens/s) is a small card's order of magnitude.
+	priorPrefillRate = 4000.0
+	// priorCapacity (tokens) is assumed while no replica has reported
+	// vllm:cache_config_info or enough KV usage to infer it.
+	priorCapacity = 32_000.0
+	// rateEWMA and capEWMA weigh each new sample.
+	rateEWMA  = 0.2
+	rateDecay = 0.995 // per replica poll: about 200 polls (a few seconds a replica)
+	capEWMA   = 0.1
+	// hysteresisAbs and hysteresisRel: a known session leaves the replica
+	// that holds it only for one predicted at least this much better, so
+	// that sessions do not flap between near-equal replicas.
+	hysteresisAbs = 0.5 // seconds
+	hysteresisRel = 0.2
+	// outputAllowance (tokens) is added to a session's context after each
+	// turn for the reply it received (the warden sees no response bodies).
+	outputAllowance = 256
+)
+
+// peerRep is the cost model's view of one replica.
+type peerRep struct {
+	backlog     float64 // predicted prefill tokens not yet computed
+	backlogAt   int64   // when backlog was last drained (unix ns)
+	touched     float64 // prompt tokens placed here, cumulative (LRU clock)
+	inflightCtx float64 // prompt tokens of the requests in flight here
+	live        float64 // context of the live sessions held here (admission)
+
+	capLearned  float64 // KV capacity inferred from usage (0: unknown)
+	turnSeconds float64 // mean time a request stays in flight, learned
+
+	prev       ReplicaMetrics // previous poll, for counter deltas
+	prevAt     time.Time
+	havePrev   bool
+	prevQueued bool
+}
+
+// capacity is r's KV capacity in tokens: vllm:cache_config_info when the
+// replica exports it, else learned from usage, else the prior.
+func (m *Model) capacity(i int) float64 {
+	if c := m.reps[i].metrics.KVCapacityTokens; c > 0 {
+		return c
+	}
+	if c := m.peer.reps[i].capLearned; c > 0 {
+		return c
+	}
+	return priorCapacity
+}
+
+// prefillRate is the learned prefill rate (pooled over replicas).
+func (m *Model) prefillRate(int) float64 {
+	if r := m.peer.rate; r > 0 {
+		return r
+	}
+	return priorPrefillRate
+}
+
+// drain brings r's backlog to now.
+func (pr *peerRep) drain(now int64, rate float64) {
+	if pr.backlogAt != 0 && now > pr.backlogAt {
+		pr.backlog = math.Max(0, pr.backlog-rate*float64(now-pr.backlogAt)/1e9)
+	}
+	pr.backlogAt = now
+}
+
+// held estimates the tokens of session s still cached on its replica: LRU
+// evicts the least recently used unreferenced blocks, so s keeps what the
+// prompt tokens placed there since its last turn have not pushed out.
+func (m *Model) held(s *peerSession) float64 {
+	if s.replica < 0 || s.replica >= len(m.reps) {
+		return 0
+	}
+	if s.inflight > 0 {
+		return s.ctx // its blocks are referenced by a running request
+	}
+	since := m.peer.reps[s.replica].touched - s.touchedAt
+	return math.Max(0, math.Min(s.ctx, m.capacity(s.replica)-since))
+}
+
+// uncached is the prompt's tokens that replica i would have to prefill.
+func (m *Model) uncached(s *peerSession, i int, prompt float64) float64 {
+	if s != nil && s.replica == i {
+		return math.Max(0, prompt-m.held(s))
+	}
+	return math.Max(0, prompt-m.peer.sharedPrefix)
+}
+
+// predictTTFT is ttft(r) above, without hysteresis; call with m.mu held.
+func (m *Model) predictTTFT(i int, s *peerSession, prompt float64, now int64) float64 {
+	pr := &m.peer.reps[i]
+	rate := m.prefillRate(i)
+	pr.drain(now, rate)
+	queued := pr.backlog
+	if w := m.reps[i].metrics.Waiting; w > 0 {
+		queued = math.Max(queued, w*m.peer.meanUncached)
+	}
+	t := (queued + m.uncached(s, i, prompt)) / rate
+	if over := pr.inflightCtx + prompt - m.capacity(i); over > 0 && pr.turnSeconds > 0 {
+		t += over / m.capacity(i) * pr.turnSeconds
+	}
+	return t
+}
+
+// tieSlack: predictions closer than this (seconds, or this share of the
+// best) are equal, and the replica with fewer requests in flight (then less live context) wins: TTFT does
+// not see decode work, which an even split keeps fast.
+const (
+	tieSlackAbs = 0.05
+	tieSlackRel = 0.05
+)
+
+// pickCost chooses by predicted TTFT among the replicas admission allows.
+func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
+	n := len(m.reps)
+	ts := make([]float64, n) // small: replicas of one model
+	bestT := math.Inf(1)
+	var stay float64
+	for i := range n {
+		ts[i] = math.Inf(1)
+		if !m.reps[i].healthy || !m.admits(s, i, prompt) {
+			continue
+		}
+		ts[i] = m.predictTTFT(i, s, prompt, now)
+		if s != nil && i == s.replica {
+			stay = ts[i]
+		}
+		bestT = math.Min(bestT, ts[i])
+	}
+	best, bestLoad := -1, 0.0
+	for k := range n {
+		i := (m.start + k) % n
+		if ts[i] > bestT+math.Max(tieSlackAbs, tieSlackRel*bestT) {
+			continue
+		}
+		// the warden's exact in-flight count, then the live context
+		l := float64(m.reps[i].inFlight) + m.peer.reps[i].live/m.capacity(i)
+		if best < 0 || l < bestLoad {
+			best, bestLoad = i, l
+		}
+	}
+	m.start = (m.start + 1) % n
+	if best >= 0 {
+		bestT = ts[best]
+	}
+	if s != nil && s.replica >= 0 && best != s.replica && m.reps[s.replica].healthy && m.admits(s, s.replica, prompt) {
+		if bestT > stay-math.Max(hysteresisAbs, hysteresisRel*stay) {
+			return s.replica
+		}
+	}
+	return best
+}
+
+// costObserve learns r's prefill rate and KV capacity from one poll;
+// call with m.mu held, after r.metrics is updated.
+func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
+	pr := &m.peer.reps[i]
+	if pr.havePrev && now.After(pr.prevAt) {
+		dt := now.Sub(pr.prevAt).Seconds()
+		uncached := (s.PromptTokens - pr.prev.PromptTokens) - (s.PrefixHits - pr.prev.PrefixHits)
+		count := s.TTFTCount - pr.prev.TTFTCount
+		ttftSum := s.TTFTSum - pr.prev.TTFTSum
+		// rate = decayed sum of uncached tokens over the decayed sum of the
+		// seconds they took, pooled over the model's replicas (one model,
+		// one kind of card): a ratio of sums, because one poll window's
+		// counters rarely cover the same requests (vLLM counts prefix hits
+		// when it admits a request, prompt tokens when its prefill ends).
+		reset := s.PromptTokens < pr.prev.PromptTokens || s.PrefixHits < pr.prev.PrefixHits
+		if !reset {
+			ps := m.peer
+			secs := ttftSum // not saturated: a TTFT is mostly its own prefill
+			if pr.prevQueued && s.Waiting > 0 {
+				secs = dt // saturated the whole window: it computed at its rate
+			}
+			ps.rateTokens = ps.rateTokens*rateDecay + uncached
+			ps.rateSeconds = ps.rateSeconds*rateDecay + secs
+			ps.rateCount = ps.rateCount*rateDecay + count
+			if ps.rateTokens > 0 && ps.rateSeconds > 0 {
+				ps.rate = ps.rateTokens / ps.rateSeconds
+			}
+			if ps.rateTokens > 0 && ps.rateCount > 0 {
+				ps.meanUncached = ps.rateTokens / ps.rateCount
+			}
+		}
+	}
+	// vLLM's usage counts the blocks referenced by running requests, which
+	// hold the context the warden knows it sent (prompts in flight).
+	if s.KVUsage >= 0.3 && pr.inflightCtx > 0 {
+		est := pr.inflightCtx / s.KVUsage
+		if pr.capLearned == 0 {
+			pr.capLearned = est
+		} else {
+			pr.capLearned += capEWMA * (est - pr.capLearned)
+		}
+	}
+	pr.prev, pr.prevAt, pr.havePrev, pr.prevQueued = s, now, true, s.Waiting > 0
+}
