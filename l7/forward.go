@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
@@ -126,6 +127,10 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	if err != nil {
 		return 502, err
 	}
+	// sent stays valid until the next read into the client buffer, which
+	// only happens after this exchange (the watch reads into its own).
+	sent := client.Pending[:early]
+	replayable := h.Framing == FramingNone || (h.Framing == FramingLength && int64(early) == h.ContentLength)
 	client.Pending = client.Pending[early:]
 	x.BodyBytesUp = int64(early)
 	if h.Framing == FramingLength {
@@ -142,6 +147,25 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 
 	watch := watchClient(client, x.Upstream)
 	resp, err := s.readResponseHead(x)
+	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
+		// The replica closed a pooled connection instead of answering:
+		// it was closing it as idle when the request arrived and never
+		// processed it (Go's http.Transport retries this case too). The
+		// whole request is still here, so send it once on a new one.
+		if watch.stop() {
+			return 0, errClientGone
+		}
+		x.Upstream.Close()
+		if x.Upstream, err = s.pool.Dial(context.Background(), p.Addr); err != nil {
+			return 502, err
+		}
+		if _, err = x.Upstream.writeAll(s.opts.BodyTimeout, head, sent); err != nil {
+			return 502, err
+		}
+		s.stats.replays.Add(1)
+		watch = watchClient(client, x.Upstream)
+		resp, err = s.readResponseHead(x)
+	}
 	if err != nil {
 		if watch.stop() {
 			return 0, errClientGone
@@ -176,7 +200,12 @@ func withLength(h *Head, remaining int64) *Head {
 	return &c
 }
 
-var errClientGone = errors.New("l7: client went away")
+var (
+	errClientGone = errors.New("l7: client went away")
+	// errNoResponse: the upstream closed or reset the connection before
+	// sending a single byte of the response.
+	errNoResponse = errors.New("l7: upstream closed without a response")
+)
 
 // readResponseHead reads the response head, relaying interim 1xx responses
 // to the client, within ResponseTimeout (prefill of a long prompt on a
@@ -187,10 +216,11 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 	deadline := time.Now().Add(s.opts.ResponseTimeout)
 	for {
 		_ = up.SetReadDeadline(deadline)
+		fresh := len(up.Pending) == 0
 		raw, rest, err := readRawHead(up.TCPConn, up.Pending)
 		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
+			if fresh && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)) {
+				err = errNoResponse
 			}
 			return nil, err
 		}

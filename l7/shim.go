@@ -262,11 +262,12 @@ type Stats struct {
 	Connections uint64         // accepted client connections
 	Requests    uint64         // request heads read and placed or refused by placement
 	Retries     uint64         // connect failures moved to another replica
+	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
 	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504)
 }
 
 type stats struct {
-	conns, requests, retries atomic.Uint64
+	conns, requests, retries, replays atomic.Uint64
 	mu                       sync.Mutex
 	answered                 map[int]uint64
 }
@@ -286,6 +287,7 @@ func (s *Shim) Stats() Stats {
 		Connections: s.stats.conns.Load(),
 		Requests:    s.stats.requests.Load(),
 		Retries:     s.stats.retries.Load(),
+		Replays:     s.stats.replays.Load(),
 		Answered:    map[int]uint64{},
 	}
 	s.stats.mu.Lock()

@@ -406,3 +406,31 @@ func TestGracefulCloseLetsInFlightRequestFinish(t *testing.T) {
 		t.Error("still accepting after Close")
 	}
 }
+
+func TestPooledConnectionClosedUnansweredIsReplayedOnce(t *testing.T) {
+	// The replica answers the first request on a connection and closes the
+	// connection on the second without a byte, as a server closing an idle
+	// keep-alive connection does when a request crosses the close.
+	up := rawUpstream(t, func(c net.Conn) {
+		h, rest, err := ReadHead(c, nil)
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+		_ = h
+		ReadHead(c, rest) // the next request: dropped unanswered
+	})
+	m := mustModel(t, modelConfig(up))
+	s, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	for i := range 2 {
+		c.send(t, messagesRequest("s", []string{"hi"}, ""))
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || body != "first" {
+			t.Fatalf("request %d: status %d body %q", i, resp.StatusCode, body)
+		}
+	}
+	if got := s.Stats().Replays; got != 1 {
+		t.Fatalf("replays %d, want 1", got)
+	}
+}
