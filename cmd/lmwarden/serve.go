@@ -30,7 +30,13 @@ func (r *repeatedFlag) Set(v string) error {
 	return nil
 }
 
-var errKernelDatapath = errors.New("the kernel datapath is not built yet; run with --datapath user (or auto)")
+var errKernelDatapath = errors.New("the kernel datapath is not built into this binary yet; run with --datapath user (or auto)")
+
+// kernelDatapath builds the kernel (sockmap) datapath. It is nil until a
+// file of the kernel datapath (cmd/lmwarden/serve_kernel.go) sets it in
+// init; then --datapath kernel uses it and auto tries it first. closeFn
+// releases what it loaded, after the shims have stopped.
+var kernelDatapath func(cfg *agent.Config, log *slog.Logger) (dp l7.Datapath, closeFn func() error, err error)
 
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -63,10 +69,15 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	dp, err := chooseDatapath(cfg.Datapath, log)
+	dp, closeDatapath, err := selectDatapath(cfg, log)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err := closeDatapath(); err != nil {
+			log.Warn("closing the datapath", "err", err)
+		}
+	}()
 
 	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log})
 	if err != nil {
@@ -158,18 +169,44 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 	return cfg, nil
 }
 
-// chooseDatapath resolves --datapath. Only the userspace datapath exists
-// so far; kernel fails clearly, auto says why it chose user.
+// chooseDatapath is selectDatapath for callers without a config (lmwarden
+// demo): what it loads stays loaded until the process exits.
 func chooseDatapath(mode string, log *slog.Logger) (l7.Datapath, error) {
-	switch mode {
+	dp, _, err := selectDatapath(&agent.Config{Datapath: mode}, log)
+	return dp, err
+}
+
+// selectDatapath resolves --datapath: user; kernel (an error when it is
+// not built in or cannot load); auto tries kernel and falls back to user,
+// logging why.
+func selectDatapath(cfg *agent.Config, log *slog.Logger) (l7.Datapath, func() error, error) {
+	noop := func() error { return nil }
+	switch cfg.Datapath {
 	case "user":
-		return l7.NewUserPath(), nil
+		log.Info("datapath: user", "reason", "--datapath user")
+		return l7.NewUserPath(), noop, nil
 	case "kernel":
-		return nil, errKernelDatapath
-	default:
-		log.Info("datapath: user", "reason", "auto: the kernel datapath (sockmap) is not built into this binary yet")
-		return l7.NewUserPath(), nil
+		if kernelDatapath == nil {
+			return nil, nil, errKernelDatapath
+		}
+		dp, closeFn, err := kernelDatapath(cfg, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kernel datapath: %w", err)
+		}
+		log.Info("datapath: kernel", "reason", "--datapath kernel")
+		return dp, closeFn, nil
 	}
+	if kernelDatapath == nil {
+		log.Info("datapath: user", "reason", "auto: the kernel datapath (sockmap) is not built into this binary yet")
+		return l7.NewUserPath(), noop, nil
+	}
+	dp, closeFn, err := kernelDatapath(cfg, log)
+	if err != nil {
+		log.Info("datapath: user", "reason", "auto: kernel datapath unavailable", "err", err)
+		return l7.NewUserPath(), noop, nil
+	}
+	log.Info("datapath: kernel", "reason", "auto: kernel datapath loaded")
+	return dp, closeFn, nil
 }
 
 func shapeOf(m *agent.Model) string {
