@@ -434,3 +434,37 @@ func TestPooledConnectionClosedUnansweredIsReplayedOnce(t *testing.T) {
 		t.Fatalf("replays %d, want 1", got)
 	}
 }
+
+func TestPipelinedRequestsAreAnsweredInOrder(t *testing.T) {
+	sv := mustSim(t, 2, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	// Two requests in one write: the second arrives with the first's body
+	// and must be neither lost nor sent upstream as part of it.
+	c.send(t, messagesRequest("p1", []string{"first"}, "")+messagesRequest("p2", []string{"second"}, ""))
+	for i := range 2 {
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || !strings.Contains(body, "message_stop") {
+			t.Fatalf("response %d: status %d body %q", i, resp.StatusCode, body)
+		}
+	}
+	if done := requestsDone(sv, 2); done[0]+done[1] != 2 {
+		t.Fatalf("requests per replica %v, want 2 in all", done)
+	}
+}
+
+func TestHTTP10ClientGetsAnAnswerAndClose(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, "GET /v1/models HTTP/1.0\r\n\r\n") // no Host: the shim adds one upstream
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || !strings.Contains(body, "qwen3-4b") {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	if !c.closed() {
+		t.Error("HTTP/1.0 connection without keep-alive left open")
+	}
+}
