@@ -97,8 +97,20 @@ func (u *Upstreams) Put(addr string, c *Conn) {
 		c.Close()
 		return
 	}
-	u.idle[addr] = append(u.idle[addr], pooledConn{c: c, since: time.Now()})
+	now := time.Now()
+	list := u.idle[addr]
+	// Oldest first: drop those past their age, which the replica has
+	// closed by now, so their sockets do not linger in CLOSE_WAIT.
+	var expired []pooledConn
+	for len(list) > 0 && now.Sub(list[0].since) >= u.idleTimeout {
+		expired = append(expired, list[0])
+		list = list[1:]
+	}
+	u.idle[addr] = append(list, pooledConn{c: c, since: now})
 	u.mu.Unlock()
+	for _, p := range expired {
+		p.c.Close()
+	}
 }
 
 // Idle returns the number of idle pooled connections to addr.
