@@ -68,6 +68,15 @@ func parseArm(name string) (Arm, error) {
 
 // describe says what an arm runs, for the report.
 func (a Arm) describe(lb sim.LBStats, oneEndpoint bool) string {
+	return a.describeLB(lb.String(), oneEndpoint)
+}
+
+// describeLB is describe with the stats mode as a label, "" when the bench
+// cannot know it (the warden's or vLLM's own setting in a real run).
+func (a Arm) describeLB(lb string, oneEndpoint bool) string {
+	if lb == "" {
+		lb = "as configured there"
+	}
 	switch {
 	case !a.Affinity && oneEndpoint:
 		return fmt.Sprintf("affinity off: vLLM's balancer in the replica (lb-stats %s)", lb)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/sim"
 )
 
 // RealConfig is a run over real HTTP against any endpoint: the warden, or a
@@ -36,7 +35,7 @@ type RealConfig struct {
 	Speed          float64
 	RequestTimeout time.Duration // per request, in the replicas' time (default 5m)
 	Profile        string        // for the report only
-	LBStats        string        // the off arm's stats mode, for the report only
+	LBStats        string        // the off arm's stats mode, for the report only ("": unknown, as configured)
 	Progress       *Progress
 }
 
@@ -64,13 +63,12 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 		Steps: cfg.Steps, ArmPolicies: map[string]string{}, WorkloadIdeal: Num(r.wl.IdealHitRate(64)),
 		PercentileMethod: PercentileMethod, Started: wall.UTC(), ReplicasRead: r.replicaList(),
 	}
-	lb, _ := sim.ParseLBStats(cfg.LBStats)
 	for _, a := range cfg.Arms {
 		rep.Arms = append(rep.Arms, a.Name)
 		if cfg.Admin == "" {
 			rep.ArmPolicies[a.Name] = "whatever " + cfg.Target + " does (no admin API: not switched)"
 		} else {
-			rep.ArmPolicies[a.Name] = a.describe(lb, r.oneEndpoint)
+			rep.ArmPolicies[a.Name] = a.describeLB(cfg.LBStats, r.oneEndpoint)
 			if a.Affinity && a.Name == ArmOn {
 				rep.ArmPolicies[a.Name] = "affinity on: warden policy " + r.policy
 			}
@@ -124,9 +122,6 @@ func (cfg *RealConfig) check() error {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.LBStats == "" {
-		cfg.LBStats = "fresh"
 	}
 	return nil
 }
