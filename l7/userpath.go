@@ -180,9 +180,8 @@ func parseChunkSize(line []byte) (int64, error) {
 	}
 	line = line[:len(line)-2]
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = line[:i]
+		line = bytes.TrimRight(line[:i], " \t") // BWS only before an extension
 	}
-	line = bytes.TrimRight(line, " \t")
 	if len(line) == 0 || len(line) > 15 {
 		return 0, errBadChunk
 	}
