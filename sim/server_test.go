@@ -371,3 +371,23 @@ func TestAnthropicStreamHasTheEventSequenceAndCacheReadUsage(t *testing.T) {
 		t.Fatalf("usage %+v, want cache_read %d", delta.Usage, wantCached)
 	}
 }
+
+func TestRealAndVirtualModeGiveTheSameAnswer(t *testing.T) {
+	s := mustServe(t, ServerConfig{Replicas: 1})
+	sys, user := textOf("sys", 300), textOf("user", 200)
+	_, body := mustPost(t, s.URLs()[0]+"/v1/messages", map[string]any{"model": "m", "max_tokens": 24,
+		"system": sys, "messages": []map[string]any{{"role": "user", "content": user}}})
+	var real struct {
+		Content []struct{ Text string } `json:"content"`
+	}
+	if err := json.Unmarshal(body, &real); err != nil || len(real.Content) != 1 {
+		t.Fatalf("%s", body)
+	}
+	v := NewVirtual(mustProfile(t, 0), 1)
+	r, c := newReq(1, RenderPrompt(sys, []Message{{Role: "user", Content: user}}), 24)
+	v.Submit(0, r)
+	runIdle(t, v)
+	if c.res.OutputText != real.Content[0].Text {
+		t.Fatalf("virtual %q, real %q", c.res.OutputText, real.Content[0].Text)
+	}
+}
