@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -213,4 +216,41 @@ func deadURL(tb testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr
+}
+
+// engineFirstTokens reads a one-endpoint replica's /metrics and returns,
+// per engine (rank) label, how many requests got a first token (the
+// sample count of vllm:time_to_first_token_seconds).
+func engineFirstTokens(tb testing.TB, url string, ranks int) []uint64 {
+	tb.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	out := make([]uint64, ranks)
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err == io.EOF {
+			break
+		} else if err != nil {
+			tb.Fatal(err)
+		}
+		if mf.GetName() != "vllm:time_to_first_token_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "engine" {
+					var i int
+					fmt.Sscan(l.GetValue(), &i)
+					if i >= 0 && i < ranks {
+						out[i] = m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -138,7 +138,7 @@ func TestOneEndpointShapeWritesRankHeader(t *testing.T) {
 		}
 	}
 	st := m.Status()
-	done := requestsDone(sv, 3)
+	done := engineFirstTokens(t, sv.URLs()[0], 3) // from /metrics, per engine label
 	for i, r := range st.Replicas {
 		var placed uint64
 		for _, n := range r.Requests {
