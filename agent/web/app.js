@@ -361,12 +361,14 @@
     };
   }
 
-  // niceCeil rounds up to 1, 2, 2.5 or 5 times a power of ten.
-  function niceCeil(v) {
-    if (!(v > 0)) return 1;
-    const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
-    return 10 * p;
+  // niceScale picks a round tick step (1, 2 or 5 times a power of ten) that
+  // gives at most 5 intervals, and the axis top as a whole number of steps.
+  function niceScale(v) {
+    if (!(v > 0)) return { step: 1, max: 4 };
+    const raw = v / 5;
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+    return { step, max: Math.ceil(v / step) * step };
   }
 
   // Label spacing on the time axis: the smallest round interval that gives
@@ -394,12 +396,12 @@
     root.append(defs);
 
     const totals = points.map((p) => series.reduce((a, s) => a + s.value(p), 0));
-    const max = niceCeil(Math.max(0, ...totals));
+    const { step: tick, max } = niceScale(Math.max(0, ...totals));
     const y = (v) => T + ph - (v / max) * ph;
 
     // horizontal grid and value labels
-    for (let i = 0; i <= 4; i++) {
-      const v = (max * i) / 4;
+    for (let i = 0; i * tick <= max + tick / 1e6; i++) {
+      const v = i * tick;
       root.append(svg('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
       const t = svg('text', { class: 'axis', x: L - 6, y: y(v) + 4, 'text-anchor': 'end' });
       t.textContent = fmt.rate(v);
