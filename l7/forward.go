@@ -176,13 +176,20 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		return 502, err
 	}
 	x.Response = resp
-	keep := s.clientKeepAlive(h, resp)
-	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep)); err != nil {
+	// An HTTP/1.0 client cannot read chunks: it gets the data, ended by
+	// the close.
+	dechunk := h.Version == "HTTP/1.0" && resp.Framing == FramingChunked
+	keep := s.clientKeepAlive(h, resp) && !dechunk
+	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk)); err != nil {
 		watch.stop()
 		return 0, err
 	}
 	x.Idle = s.opts.ResponseTimeout
-	err = s.dp.RelayResponseBody(x)
+	if dechunk {
+		err = relayDechunked(x)
+	} else {
+		err = s.dp.RelayResponseBody(x)
+	}
 	if watch.stop() {
 		return 0, errClientGone
 	}

@@ -78,8 +78,9 @@ func upstreamHead(h *Head, rank int, addr string) []byte {
 
 // clientResponseHead renders the response head sent to the client: the
 // replica's status and headers minus hop-by-hop ones, plus the shim's own
-// Connection header for the client connection.
-func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive bool) []byte {
+// Connection header for the client connection. dechunk drops
+// Transfer-Encoding (the body will be sent as plain data until the close).
+func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive, dechunk bool) []byte {
 	listed := connectionTokens(r.Headers)
 	b := make([]byte, 0, 512)
 	b = append(b, "HTTP/1.1 "...)
@@ -88,7 +89,7 @@ func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive bool) [
 	b = append(b, r.Reason...)
 	b = append(b, "\r\n"...)
 	for _, f := range r.Headers {
-		if hopByHop(f.Name, listed) {
+		if hopByHop(f.Name, listed) || (dechunk && strings.EqualFold(f.Name, "Transfer-Encoding")) {
 			continue
 		}
 		b = appendHeader(b, f.Name, f.Value)

@@ -46,11 +46,11 @@ func TestClientResponseHeadSaysCloseWhenTheConnectionEnds(t *testing.T) {
 	if r.Framing != FramingChunked || !r.Reusable {
 		t.Fatalf("framing %v reusable %v", r.Framing, r.Reusable)
 	}
-	keep := string(clientResponseHead(r, "HTTP/1.1", true))
+	keep := string(clientResponseHead(r, "HTTP/1.1", true, false))
 	if keep != "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" {
 		t.Fatalf("keep-alive head %q", keep)
 	}
-	closing := string(clientResponseHead(r, "HTTP/1.1", false))
+	closing := string(clientResponseHead(r, "HTTP/1.1", false, false))
 	if !strings.HasSuffix(closing, "Connection: close\r\n\r\n") {
 		t.Fatalf("closing head %q", closing)
 	}

@@ -468,3 +468,19 @@ func TestHTTP10ClientGetsAnAnswerAndClose(t *testing.T) {
 		t.Error("HTTP/1.0 connection without keep-alive left open")
 	}
 }
+
+func TestHTTP10ClientGetsAStreamedResponseWithoutChunks(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	req := strings.Replace(messagesRequest("s", []string{"hi"}, ""), "HTTP/1.1", "HTTP/1.0", 1)
+	c.send(t, req)
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || len(resp.TransferEncoding) != 0 || !resp.Close {
+		t.Fatalf("status %d transfer-encoding %v close %v", resp.StatusCode, resp.TransferEncoding, resp.Close)
+	}
+	if !strings.HasPrefix(body, "event: message_start") || !strings.Contains(body, "event: message_stop") {
+		t.Fatalf("body is not the plain event stream: %q", body)
+	}
+}

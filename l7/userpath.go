@@ -70,12 +70,21 @@ func (u *UserPath) RelayRequestBody(x *Exchange) error {
 	case FramingLength:
 		n, err = x.Client.copyTo(x.Upstream, x.Request.ContentLength, x.Idle)
 	case FramingChunked:
-		n, err = copyChunked(x.Upstream, x.Client, x)
+		n, err = copyChunked(x.Upstream, x.Client, x, false)
 	}
 	x.BodyBytesUp += n
 	// Count what the shim sent along with the head too: all of the body
 	// crossed this process.
 	u.counters(x).up.Add(uint64(x.BodyBytesUp))
+	return err
+}
+
+// relayDechunked relays a chunked response body as plain data, for an
+// HTTP/1.0 client that cannot parse chunks; the shim does this itself,
+// whatever the datapath, and closes the client connection after it.
+func relayDechunked(x *Exchange) error {
+	n, err := copyChunked(x.Client, x.Upstream, x, true)
+	x.BodyBytesDown += n
 	return err
 }
 
@@ -89,7 +98,7 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 	case FramingLength:
 		n, err = x.Upstream.copyTo(x.Client, x.Response.ContentLength, x.Idle)
 	case FramingChunked:
-		n, err = copyChunked(x.Client, x.Upstream, x)
+		n, err = copyChunked(x.Client, x.Upstream, x, false)
 	case FramingClose:
 		n, err = x.Upstream.copyTo(x.Client, -1, x.Idle)
 	}
@@ -100,9 +109,22 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 
 // copyChunked relays a chunked body from src to dst unchanged (sizes,
 // extensions and trailers pass through as sent), parsing only enough to
-// know where it ends. It returns the bytes written to dst.
-func copyChunked(dst, src *Conn, x *Exchange) (int64, error) {
+// know where it ends. With dechunk, only the chunk data is written (for an
+// HTTP/1.0 client, whose response is then delimited by the close). It
+// returns the bytes written to dst.
+func copyChunked(dst, src *Conn, x *Exchange, dechunk bool) (int64, error) {
 	var total int64
+	write := func(bufs ...[]byte) error {
+		if dechunk { // keep only the data: bufs[1] when there is one
+			if len(bufs) < 2 {
+				return nil
+			}
+			bufs = bufs[1:2]
+		}
+		n, err := dst.writeAll(x.Idle, bufs...)
+		total += n
+		return err
+	}
 	for {
 		_ = src.SetReadDeadline(time.Now().Add(x.Idle))
 		line, err := src.readLine()
@@ -122,15 +144,14 @@ func copyChunked(dst, src *Conn, x *Exchange) (int64, error) {
 					return total, err
 				}
 				out = append(out, t...)
-				if len(t) > maxLine || len(out) > MaxHeadBytes {
+				if len(out) > MaxHeadBytes {
 					return total, errBadChunk
 				}
 				if bytes.Equal(t, []byte("\r\n")) {
 					break
 				}
 			}
-			n, err := dst.writeAll(x.Idle, out)
-			return total + n, err
+			return total, write(out)
 		}
 		if avail := int64(len(src.Pending)); avail >= size+2 {
 			// The whole chunk arrived with its size line: one writev.
@@ -139,16 +160,12 @@ func copyChunked(dst, src *Conn, x *Exchange) (int64, error) {
 				return total, errBadChunk
 			}
 			src.Pending = src.Pending[size+2:]
-			n, err := dst.writeAll(x.Idle, line, data)
-			total += n
-			if err != nil {
+			if err := write(line, data[:size], data[size:]); err != nil {
 				return total, err
 			}
 			continue
 		}
-		n, err := dst.writeAll(x.Idle, line)
-		total += n
-		if err != nil {
+		if err := write(line); err != nil {
 			return total, err
 		}
 		m, err := src.copyTo(dst, size, x.Idle)
@@ -163,9 +180,7 @@ func copyChunked(dst, src *Conn, x *Exchange) (int64, error) {
 		if !bytes.Equal(crlf, []byte("\r\n")) {
 			return total, errBadChunk
 		}
-		n, err = dst.writeAll(x.Idle, crlf)
-		total += n
-		if err != nil {
+		if err := write(crlf); err != nil {
 			return total, err
 		}
 	}
