@@ -30,7 +30,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		if errors.Is(err, agent.ErrNoHealthyReplica) {
 			s.reject(client, 503)
 		} else {
-			s.log.Warn("placement failed", "model", s.placer.Name(), "err", err)
+			s.log.Warn("placement failed", "err", err)
 			s.reject(client, 502)
 		}
 		return false
@@ -47,7 +47,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 
 	up, reused, err := s.connect(&p, &released)
 	if err != nil {
-		s.log.Warn("upstream connect failed", "model", s.placer.Name(), "replica", p.Replica, "err", err)
+		s.log.Warn("upstream connect failed", "replica", p.Replica, "err", err)
 		s.reject(client, 502)
 		return false
 	}
@@ -64,7 +64,9 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		if status != 0 {
 			s.reject(client, status)
 		}
-		s.log.Debug("exchange failed", s.logAttrs(x, p, status, start, err)...)
+		if s.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.log.Debug("exchange failed", s.logAttrs(x, p, status, start, err)...)
+		}
 		return false
 	}
 	if x.Response.Reusable {
@@ -72,7 +74,9 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	} else {
 		up.Close()
 	}
-	s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
+	}
 	return s.clientKeepAlive(h, x.Response)
 }
 
@@ -92,7 +96,7 @@ func (s *Shim) connect(p *agent.Placement, released *bool) (*Conn, bool, error) 
 		return nil, false, err
 	}
 	s.stats.retries.Add(1)
-	s.log.Info("retrying on another replica", "model", s.placer.Name(), "from", p.Replica, "to", next.Replica, "err", err)
+	s.log.Info("retrying on another replica", "from", p.Replica, "to", next.Replica, "err", err)
 	*p = next
 	return s.pool.Get(ctx, p.Addr)
 }
