@@ -64,8 +64,13 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		if status != 0 {
 			s.reject(client, status)
 		}
-		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("exchange failed", s.logAttrs(x, p, status, start, err)...)
+		// Replica trouble is worth a warning; a client that left is not.
+		level := slog.LevelDebug
+		if status >= 500 {
+			level = slog.LevelWarn
+		}
+		if s.log.Enabled(context.Background(), level) {
+			s.log.Log(context.Background(), level, "exchange failed", s.logAttrs(x, p, status, start, err)...)
 		}
 		return false
 	}
