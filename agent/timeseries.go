@@ -40,6 +40,10 @@ type tokenDelta struct {
 	hits       float64 // prefix-cache hits, in tokens
 }
 
+func (d tokenDelta) scaled(f float64) tokenDelta {
+	return tokenDelta{d.cached * f, d.computed * f, d.completion * f, d.queries * f, d.hits * f}
+}
+
 func (d *tokenDelta) add(o tokenDelta) {
 	d.cached += o.cached
 	d.computed += o.computed
@@ -116,9 +120,10 @@ func (r *slotRing) get(n int64) tokenDelta {
 }
 
 type replicaSeries struct {
-	last TokenCounters
-	seen bool // last holds a previous poll; the first poll is only a baseline
-	ring slotRing
+	last   TokenCounters
+	lastAt time.Time
+	seen   bool // last holds a previous poll; the first poll is only a baseline
+	ring   slotRing
 }
 
 type modelSeries struct {
@@ -206,14 +211,40 @@ func (ts *TokenSeries) Observe(model string, i int, c TokenCounters, now time.Ti
 	}
 	rs := ms.replicas[i]
 	if !rs.seen {
-		rs.last, rs.seen = c, true
+		rs.last, rs.lastAt, rs.seen = c, now, true
 		return
 	}
 	d := deltaBetween(rs.last, c)
-	rs.last = c
-	n := ts.slotOf(now)
-	rs.ring.add(n, d)
-	ms.pooled.add(n, d)
+	from := rs.lastAt
+	rs.last, rs.lastAt = c, now
+	ts.spread(rs, ms, d, from, now)
+}
+
+// spread adds the delta of (from, to] to the slots it covers, in proportion
+// to the time in each. Polls come every 100-250 ms, so this is nearly always
+// one slot; after a gap (scrapes failing for a while, the process stopped)
+// the tokens are spread over the gap instead of making one tall bar.
+func (ts *TokenSeries) spread(rs *replicaSeries, ms *modelSeries, d tokenDelta, from, to time.Time) {
+	first, last := ts.slotOf(from), ts.slotOf(to)
+	if !to.After(from) || first == last {
+		rs.ring.add(last, d)
+		ms.pooled.add(last, d)
+		return
+	}
+	step := ts.step.Nanoseconds()
+	t0, t1 := from.UnixNano(), to.UnixNano()
+	total := float64(t1 - t0)
+	// Slots older than the ring would be forgotten at once: skip them (their
+	// share is dropped, as it would be an hour from now anyway).
+	first = max(first, last-int64(ts.slots)+1)
+	for n := first; n <= last; n++ {
+		start, end := max(t0, n*step), min(t1, (n+1)*step)
+		if end > start {
+			part := d.scaled(float64(end-start) / total)
+			rs.ring.add(n, part)
+			ms.pooled.add(n, part)
+		}
+	}
 }
 
 // ObserveReplica is Observe fed with what the poller hands to

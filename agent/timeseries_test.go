@@ -85,7 +85,7 @@ func TestTokenSeriesFirstPollIsOnlyABaseline(t *testing.T) {
 
 func TestTokenSeriesWindowCoversCompleteSlotsOnly(t *testing.T) {
 	ts := NewTokenSeries(10 * time.Second)
-	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
+	ts.Observe("m", 0, TokenCounters{}, seriesEpoch.Add(21*time.Second))
 	ts.Observe("m", 0, TokenCounters{PromptTokens: 10}, seriesEpoch.Add(25*time.Second)) // slot in progress at 29 s
 
 	resp := ts.Snapshot(time.Minute, seriesEpoch.Add(29*time.Second))
@@ -108,6 +108,7 @@ func TestTokenSeriesForgetsSlotsOlderThanAnHour(t *testing.T) {
 	ts.Observe("m", 0, TokenCounters{PromptTokens: 500}, seriesEpoch.Add(time.Second))
 	// A lap of the ring later, the same ring index belongs to a new slot.
 	later := seriesEpoch.Add(SeriesSpan + time.Second)
+	ts.Observe("m", 0, TokenCounters{PromptTokens: 500}, later.Add(-500*time.Millisecond))
 	ts.Observe("m", 0, TokenCounters{PromptTokens: 600}, later)
 
 	resp := ts.Snapshot(3*time.Hour, later.Add(10*time.Second))
@@ -153,12 +154,31 @@ func TestTokenSeriesSetStepChangesResolution(t *testing.T) {
 	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
 	ts.SetStep(time.Second)
 	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
-	ts.Observe("m", 0, TokenCounters{PromptTokens: 5}, seriesEpoch.Add(1500*time.Millisecond))
-	resp := ts.Snapshot(time.Minute, seriesEpoch.Add(2*time.Second))
+	ts.Observe("m", 0, TokenCounters{PromptTokens: 5}, seriesEpoch.Add(900*time.Millisecond))
+	resp := ts.Snapshot(time.Minute, seriesEpoch.Add(time.Second))
 	if resp.StepSeconds != 1 || len(resp.Models[0].Pooled.Points) != 60 {
 		t.Fatalf("step %v s, %d points; want 1 s and 60", resp.StepSeconds, len(resp.Models[0].Pooled.Points))
 	}
 	if got := lastPoint(t, resp.Models[0].Pooled).PromptComputedPerSec; got != 5 {
 		t.Fatalf("computed = %v/s, want 5", got)
+	}
+}
+
+func TestTokenSeriesSpreadsALongGapOverItsSlots(t *testing.T) {
+	ts := NewTokenSeries(10 * time.Second)
+	ts.Observe("m", 0, TokenCounters{}, seriesEpoch)
+	// Scrapes failed for 40 s: the next good one carries 40 s of tokens.
+	ts.Observe("m", 0, TokenCounters{PromptTokens: 4000}, seriesEpoch.Add(40*time.Second))
+	pts := ts.Snapshot(time.Minute, seriesEpoch.Add(50*time.Second)).Models[0].Pooled.Points
+	var got []float64
+	for _, p := range pts {
+		got = append(got, p.PromptComputedPerSec)
+	}
+	// Slots -10-0 s, 0-10 s, ..., 40-50 s: 1,000 tokens in each of the four 10 s of the gap.
+	want := []float64{0, 100, 100, 100, 100, 0}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("computed rates = %v, want %v", got, want)
+		}
 	}
 }
