@@ -25,6 +25,9 @@ func (r *Report) writeCSV(path string) error {
 	for i := range r.Replicas {
 		head = append(head, fmt.Sprintf("load_r%d", i))
 	}
+	for i := range r.Replicas {
+		head = append(head, fmt.Sprintf("running_r%d", i), fmt.Sprintf("waiting_r%d", i))
+	}
 	_ = w.Write(head)
 	for _, x := range r.Results {
 		row := []string{strconv.Itoa(x.Sessions), x.Arm, r.ArmPolicies[x.Arm], csvNum(x.Seconds),
@@ -38,6 +41,13 @@ func (r *Report) writeCSV(path string) error {
 				row = append(row, csvNum(Num(x.Load[i])))
 			} else {
 				row = append(row, "")
+			}
+		}
+		for i := range r.Replicas {
+			if i < len(x.MeanRunning) && i < len(x.MeanWaiting) {
+				row = append(row, csvNum(x.MeanRunning[i]), csvNum(x.MeanWaiting[i]))
+			} else {
+				row = append(row, "", "")
 			}
 		}
 		_ = w.Write(row)

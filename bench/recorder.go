@@ -30,10 +30,12 @@ type recorder struct {
 	requestCounters []*Counter
 	genCounters     []*Counter
 
-	busy           []float64 // per poll: replicas with running requests
-	hits, queries  []*Counter
-	errorKinds     map[string]int
-	firstErrorText string
+	busy            []float64 // per poll: replicas with running requests
+	runSum, waitSum []float64 // per replica: sums of running and waiting over polls
+	polls           []int     // per replica: polls read
+	hits, queries   []*Counter
+	errorKinds      map[string]int
+	firstErrorText  string
 }
 
 func newRecorder(replicas int) *recorder {
@@ -43,6 +45,9 @@ func newRecorder(replicas int) *recorder {
 		placedOn:    make([]float64, replicas),
 		lastReplica: map[string]int{},
 		errorKinds:  map[string]int{},
+		runSum:      make([]float64, replicas),
+		waitSum:     make([]float64, replicas),
+		polls:       make([]int, replicas),
 	}
 	for range replicas {
 		r.hits = append(r.hits, &Counter{})
@@ -109,6 +114,9 @@ func (r *recorder) poll(samples []*replicaSample) {
 		if s.Running > 0 {
 			busy++
 		}
+		r.runSum[i] += s.Running
+		r.waitSum[i] += s.Waiting
+		r.polls[i]++
 		r.hits[i].Observe(s.PrefixHits)
 		r.queries[i].Observe(s.PrefixQueries)
 		r.requestCounters[i].Observe(s.RequestsDone)
@@ -172,6 +180,14 @@ func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens i
 		}
 	}
 	res.Load = Shares(load)
+	for i := range r.replicas {
+		run, wait := math.NaN(), math.NaN()
+		if r.polls[i] > 0 {
+			run, wait = r.runSum[i]/float64(r.polls[i]), r.waitSum[i]/float64(r.polls[i])
+		}
+		res.MeanRunning = append(res.MeanRunning, Num(run))
+		res.MeanWaiting = append(res.MeanWaiting, Num(wait))
+	}
 	res.Imbalance = Num(Imbalance(load))
 	if r.stayed+r.moved > 0 {
 		res.Stayed = Num(float64(r.stayed) / float64(r.stayed+r.moved))

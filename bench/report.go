@@ -72,8 +72,12 @@ type Result struct {
 	// replica its previous request went to (NaN when unknowable).
 	Stayed Num `json:"stayed"`
 	// Load is each replica's share of the requests, and Imbalance max/mean.
-	Load      []float64 `json:"load_per_replica"`
-	Imbalance Num       `json:"load_imbalance"`
+	Load []float64 `json:"load_per_replica"`
+	// MeanRunning and MeanWaiting are each replica's polled running and
+	// waiting counts, averaged over the window: the load as the replica saw it.
+	MeanRunning []Num `json:"mean_running_per_replica"`
+	MeanWaiting []Num `json:"mean_waiting_per_replica"`
+	Imbalance   Num   `json:"load_imbalance"`
 
 	Notes []string `json:"notes,omitempty"`
 }

@@ -24,6 +24,7 @@ var columns = []column{
 	{"hit rate", func(r Result) string { return fmtPct(r.HitRate) }},
 	{"stayed", func(r Result) string { return fmtPct(r.Stayed) }},
 	{"load %", func(r Result) string { return fmtLoad(r.Load) }},
+	{"run+wait", func(r Result) string { return fmtQueues(r.MeanRunning, r.MeanWaiting) }},
 	{"requests", func(r Result) string { return fmt.Sprint(r.Requests) }},
 	{"errors", func(r Result) string { return fmtErrors(r) }},
 }
@@ -186,4 +187,20 @@ func optional(s string, ok bool) string {
 		return s
 	}
 	return ""
+}
+
+// fmtQueues prints each replica's mean running+waiting, e.g. "4+2/3+0".
+func fmtQueues(run, wait []Num) string {
+	if len(run) == 0 || len(run) != len(wait) {
+		return "-"
+	}
+	parts := make([]string, len(run))
+	for i := range run {
+		if math.IsNaN(float64(run[i])) {
+			parts[i] = "?"
+			continue
+		}
+		parts[i] = fmt.Sprintf("%.1f+%.1f", float64(run[i]), float64(wait[i]))
+	}
+	return strings.Join(parts, "/")
 }
