@@ -146,9 +146,21 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	return w, nil
 }
 
-// poll feeds the model as the warden's poller would, samples the window's
-// counters, and schedules itself again.
+// poll is the warden's poller and sweeper on the virtual clock: it observes,
+// expires idle sessions, and schedules itself again. Started once per world.
 func (w *virtualWorld) poll() {
+	w.observe()
+	w.model.ExpireIdle(w.v.Now(), expireBudget)
+	w.v.At(w.v.Now().Add(w.cfg.PollInterval), w.poll)
+}
+
+// expireBudget is the Warden's sweep budget per poll tick.
+const expireBudget = 4096
+
+// observe feeds the model every replica's stats, as one poll would, and
+// samples the window's counters. Windows call it at their start and end for
+// exact baselines without starting another poll chain.
+func (w *virtualWorld) observe() {
 	now := w.v.Now()
 	samples := make([]*replicaSample, w.v.Replicas())
 	for i := range samples {
@@ -169,7 +181,6 @@ func (w *virtualWorld) poll() {
 	if w.rec != nil {
 		w.rec.poll(samples)
 	}
-	w.v.At(now.Add(w.cfg.PollInterval), w.poll)
 }
 
 // flight is one request in flight.
@@ -192,7 +203,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	if w.cfg.Trace != nil {
 		w.cfg.Trace.Window(sessions, arm.Name, start)
 	}
-	w.poll() // a sample at the window's start: counters' baseline
+	w.observe() // a sample at the window's start: counters' baseline
 	sys := wl.SystemSectionTokens()
 
 	open := true
@@ -268,7 +279,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		w.v.RunUntil(t)
 		w.cfg.Progress.Update(t.Sub(start).Seconds() / w.cfg.Duration.Seconds())
 	}
-	w.poll() // the window's closing sample
+	w.observe() // the window's closing sample
 	open = false
 	for id, f := range inFlight {
 		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
