@@ -154,6 +154,26 @@ func (w *virtualWorld) poll() {
 	w.v.At(w.v.Now().Add(w.cfg.PollInterval), w.poll)
 }
 
+// drain lets virtual time pass until no replica runs or queues anything
+// (the previous window's aborted requests end with their step), as the real
+// runner waits before a window, so a window starts from idle replicas and
+// the placement sees them idle.
+func (w *virtualWorld) drain() {
+	for range 1000 {
+		idle := true
+		for i := range w.v.Replicas() {
+			if s := w.v.Stats(i); s.Running+s.Waiting > 0 {
+				idle = false
+			}
+		}
+		if idle {
+			break
+		}
+		w.v.RunUntil(w.v.Now().Add(10 * time.Millisecond))
+	}
+	w.observe()
+}
+
 // expireBudget is the Warden's sweep budget per poll tick.
 const expireBudget = 4096
 
@@ -196,6 +216,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	if err := w.model.SetPolicy(arm.Policy); err != nil {
 		return Result{}, err
 	}
+	w.drain()
 	start := w.v.Now()
 	end := start.Add(w.cfg.Duration)
 	rec := newRecorder(w.cfg.Replicas)

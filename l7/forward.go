@@ -20,14 +20,19 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
-	p, err := s.placer.Place(agent.Request{
+	p, wait, err := s.placer.Admit(agent.Request{
 		SessionID:    key.SessionID,
 		PinnedHeader: key.PinnedHeader,
 		PromptBytes:  key.PromptBytes,
 		Now:          start,
 	})
+	if err == nil && wait != nil {
+		if p, err = s.awaitAdmission(client, wait); errors.Is(err, errClientGone) {
+			return false
+		}
+	}
 	if err != nil {
-		if errors.Is(err, agent.ErrNoHealthyReplica) {
+		if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
 			s.reject(client, 503)
 		} else {
 			s.log.Warn("placement failed", "err", err)
@@ -83,6 +88,32 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
 	}
 	return s.clientKeepAlive(h, x.Response)
+}
+
+// parkedBodyBytes bounds what the shim reads of a parked request's body
+// while it waits for admission (to notice the client leaving); beyond it,
+// TCP holds the rest at the client.
+const parkedBodyBytes = 1 << 20
+
+// awaitAdmission waits while admission parks the request: until a replica
+// has room, the model's admission timeout passes, or the client leaves
+// (errClientGone: the request is cancelled, nothing is answered).
+func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait) (agent.Placement, error) {
+	s.stats.parked.Add(1)
+	gone := make(chan struct{})
+	watch := watchClient(client, func() { close(gone) }, parkedBodyBytes)
+	timer := time.NewTimer(s.placer.Admission().Timeout)
+	defer timer.Stop()
+	select {
+	case <-w.Ready:
+	case <-timer.C:
+	case <-gone:
+	}
+	if watch.stop() {
+		s.placer.Cancel(w)
+		return agent.Placement{}, errClientGone
+	}
+	return s.placer.Claim(w, time.Now())
 }
 
 // connect returns a connection to p's replica. A connect failure (no byte
@@ -154,7 +185,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	x.Request = h
 
-	watch := watchClient(client, x.Upstream)
+	watch := watchResponse(client, x.Upstream)
 	resp, err := s.readResponseHead(x)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
 		// The replica closed a pooled connection instead of answering:
@@ -172,7 +203,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return 502, err
 		}
 		s.stats.replays.Add(1)
-		watch = watchClient(client, x.Upstream)
+		watch = watchResponse(client, x.Upstream)
 		resp, err = s.readResponseHead(x)
 	}
 	if err != nil {

@@ -15,10 +15,16 @@ import (
 )
 
 // Placer is what the shim needs from the control plane: *agent.Model.
+// Admit places a request at once or parks it (cache-capacity admission);
+// a parked one is placed by Claim or dropped by Cancel. Every placement
+// ends with exactly one Done, unless a Retry failed (it released it).
 type Placer interface {
 	Name() string
 	SessionHeaders() []string
-	Place(agent.Request) (agent.Placement, error)
+	Admit(agent.Request) (agent.Placement, *agent.Wait, error)
+	Admission() agent.AdmissionConfig
+	Claim(*agent.Wait, time.Time) (agent.Placement, error)
+	Cancel(*agent.Wait)
 	Retry(agent.Placement, time.Time) (agent.Placement, error)
 	Done(agent.Placement, time.Time)
 }
@@ -263,13 +269,14 @@ type Stats struct {
 	Requests    uint64         // request heads read and placed or refused by placement
 	Retries     uint64         // connect failures moved to another replica
 	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
+	Parked      uint64         // requests that waited for admission
 	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504)
 }
 
 type stats struct {
-	conns, requests, retries, replays atomic.Uint64
-	mu                       sync.Mutex
-	answered                 map[int]uint64
+	conns, requests, retries, replays, parked atomic.Uint64
+	mu                                        sync.Mutex
+	answered                                  map[int]uint64
 }
 
 func (st *stats) countStatus(code int) {
@@ -288,6 +295,7 @@ func (s *Shim) Stats() Stats {
 		Requests:    s.stats.requests.Load(),
 		Retries:     s.stats.retries.Load(),
 		Replays:     s.stats.replays.Load(),
+		Parked:      s.stats.parked.Load(),
 		Answered:    map[int]uint64{},
 	}
 	s.stats.mu.Lock()

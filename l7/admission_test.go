@@ -1,0 +1,80 @@
+package l7
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// mustFullModel is a cost-policy model whose one replica reports a KV
+// capacity too small for any new session, so admission in queue mode
+// parks every new session at the warden.
+func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duration) *agent.Model {
+	tb.Helper()
+	mc := modelConfig(url)
+	mc.Policy = agent.PolicyCost
+	m := mustModel(tb, mc)
+	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
+		tb.Fatal(err)
+	}
+	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 16}, time.Now())
+	return m
+}
+
+func waitParked(tb testing.TB, m *agent.Model, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.AdmissionStats().Parked != n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("parked %d, want %d", m.AdmissionStats().Parked, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestParkedRequestIsPlacedAfterTheAdmissionTimeout(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustFullModel(t, sv.URLs()[0], 4, 100*time.Millisecond)
+	s, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest("parked", []string{"hello"}, ""))
+	if resp, body := c.response(t); resp.StatusCode != 200 {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	if s.Stats().Parked != 1 || m.AdmissionStats().TimedOut != 1 {
+		t.Fatalf("parked %d timed out %d, want 1 and 1", s.Stats().Parked, m.AdmissionStats().TimedOut)
+	}
+}
+
+func TestClientLeavingWhileParkedCancelsItsWait(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustFullModel(t, sv.URLs()[0], 4, time.Minute)
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest("leaves", []string{"hello"}, ""))
+	waitParked(t, m, 1)
+	c.Close()
+	waitParked(t, m, 0)
+	if n := requestsDone(sv, 1)[0]; n != 0 {
+		t.Fatalf("the replica served %d requests of a client that left while parked", n)
+	}
+}
+
+func TestFullAdmissionQueueGets503WithRetryAfter(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustFullModel(t, sv.URLs()[0], 1, time.Minute)
+	_, addr := mustShim(t, m, Options{})
+	first := mustDial(t, addr)
+	first.send(t, messagesRequest("first", []string{"hello"}, ""))
+	waitParked(t, m, 1)
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest("second", []string{"hello"}, ""))
+	resp, _ := c.response(t)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	first.Close()
+	waitParked(t, m, 0)
+}
