@@ -26,8 +26,8 @@ type Exchange struct {
 // shim keeps everything that needs a decision in userspace (request head,
 // placement, rewritten head, response head) and hands the bulk to a
 // Datapath. The userspace one (UserPath) copies with splice(2); a kernel
-// one (sockmap, to be added as l7/kernel*.go, selected with
-// Options.Datapath) redirects socket to socket without waking the shim.
+// one (sockmap, l7/kernel*.go, selected with Options.Datapath) redirects
+// socket to socket without waking the shim.
 //
 // What any Datapath must report back, because in-flight accounting and
 // connection reuse depend on it (the shim calls Model.Done when
@@ -50,9 +50,15 @@ type Exchange struct {
 //     which the shim read with the head and never hides.
 //   - Both fill BodyBytesUp / BodyBytesDown with the bytes moved.
 //
-// A kernel Datapath that takes over the client socket must also take over
-// watching it for a client abort while the response is pending (the
-// userspace shim does that with a background read; see watchClient).
+// Whatever the datapath, while a request is parked by admission and while
+// its response head is pending and its body relayed, the shim reads the
+// client socket in the background to notice a client that leaves
+// (watch.go); bytes that read returns are appended to x.Client.Pending.
+// A kernel datapath that redirects the client socket's bytes sees that
+// read return EOF when the client closes, which is what it is for.
+//
+// An HTTP/1.0 client cannot read a chunked response: for it the shim
+// relays the body itself, de-chunked, without calling RelayResponseBody.
 type Datapath interface {
 	// Name is "user" or "kernel": it appears in logs and counters.
 	Name() string
