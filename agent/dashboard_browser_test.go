@@ -79,10 +79,10 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the switch asked for no confirmation")
 		}
-		waitFor(t, 10*time.Second, "affinity off in the API", func() bool {
+		waitUntil(t, 10*time.Second, "affinity off in the API", func() bool {
 			return !env.model(t).Affinity
 		})
-		waitFor(t, 10*time.Second, "the pill to say Affinity off", func() bool {
+		waitUntil(t, 10*time.Second, "the pill to say Affinity off", func() bool {
 			txt := mustRun(t, ctx, chromedp.Evaluate[string](`document.querySelector('[data-model="`+dashboardModel+`"] [data-pill="affinity"]').textContent`))
 			return txt == "Affinity off"
 		})
@@ -99,13 +99,13 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		}
 		// Every token the replicas counted is in the bars: the warden read
 		// the baseline before the first request.
-		if !near(bars.Cached, sent.hits) {
+		if !sameTokens(bars.Cached, sent.hits) {
 			t.Errorf("cached tokens in the bars = %.1f, want the replicas' prefix-cache hits %.0f", bars.Cached, sent.hits)
 		}
 		if bars.Cached+bars.Computed < sent.promptTokens-0.5 {
 			t.Errorf("prompt tokens in the bars = %.1f, want at least the %.0f sent", bars.Cached+bars.Computed, sent.promptTokens)
 		}
-		if !near(bars.Completion, sent.completionTokens) {
+		if !sameTokens(bars.Completion, sent.completionTokens) {
 			t.Errorf("completion tokens in the bars = %.1f, want the %.0f received", bars.Completion, sent.completionTokens)
 		}
 		if bars.Hatched == 0 {
@@ -169,7 +169,7 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	env := &dashboardEnv{sim: servers, warden: w, frontend: "http://" + ln.Addr().String(), admin: "http://" + w.AdminAddr()}
 	// The token series count from each replica's first read (a baseline):
 	// send nothing before every replica has been read once.
-	waitFor(tb, 10*time.Second, "a first poll of every replica", func() bool {
+	waitUntil(tb, 10*time.Second, "a first poll of every replica", func() bool {
 		for _, r := range env.model(tb).Replicas {
 			if r.ObservedAt == nil {
 				return false
@@ -183,7 +183,7 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 func (env *dashboardEnv) model(tb testing.TB) agent.ModelStatus {
 	tb.Helper()
 	var resp agent.ModelsResponse
-	mustGetJSON(tb, env.admin+"/api/v1/models", &resp)
+	mustGetAdminJSON(tb, env.admin+"/api/v1/models", &resp)
 	for _, m := range resp.Models {
 		if m.Name == dashboardModel {
 			return m
@@ -220,7 +220,7 @@ func (env *dashboardEnv) sendSessions(tb testing.TB, sessions, turns int) traffi
 			id := fmt.Sprintf("dash-%08x-%04d", rng.Uint32(), s)
 			msgs := []map[string]string{{"role": "system", "content": system}}
 			for turn := range turns {
-				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("session %d turn %d: %s", s, turn, words(rng, 300+rng.IntN(200)))})
+				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("session %d turn %d: %s", s, turn, fillerWords(rng, 300+rng.IntN(200)))})
 				var resp struct {
 					Choices []struct {
 						Message struct{ Content string } `json:"message"`
@@ -270,7 +270,7 @@ func (env *dashboardEnv) sendSessions(tb testing.TB, sessions, turns int) traffi
 // complete slots. From then on the API's values no longer change.
 func (env *dashboardEnv) waitStill(tb testing.TB, sent traffic) {
 	tb.Helper()
-	waitFor(tb, 30*time.Second, "the warden to see the traffic end", func() bool {
+	waitUntil(tb, 30*time.Second, "the warden to see the traffic end", func() bool {
 		m := env.model(tb)
 		if m.InFlight != 0 {
 			return false
@@ -281,10 +281,10 @@ func (env *dashboardEnv) waitStill(tb testing.TB, sent traffic) {
 			}
 		}
 		var st agent.StatsResponse
-		mustGetJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
+		mustGetAdminJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
 		for _, sm := range st.Models {
 			if sm.Name == dashboardModel {
-				return near(sm.Pooled.Summary.CompletionTokens, sent.completionTokens)
+				return sameTokens(sm.Pooled.Summary.CompletionTokens, sent.completionTokens)
 			}
 		}
 		return false
@@ -448,7 +448,7 @@ const chartSumsJS = `(() => {
 
 // ---- small helpers ---------------------------------------------------------------------
 
-func mustGetJSON(tb testing.TB, url string, v any) {
+func mustGetAdminJSON(tb testing.TB, url string, v any) {
 	tb.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -463,7 +463,7 @@ func mustGetJSON(tb testing.TB, url string, v any) {
 	}
 }
 
-func waitFor(tb testing.TB, limit time.Duration, what string, ok func() bool) {
+func waitUntil(tb testing.TB, limit time.Duration, what string, ok func() bool) {
 	tb.Helper()
 	deadline := time.Now().Add(limit)
 	for !ok() {
@@ -474,7 +474,7 @@ func waitFor(tb testing.TB, limit time.Duration, what string, ok func() bool) {
 	}
 }
 
-func near(a, b float64) bool { return math.Abs(a-b) <= 0.5+1e-9*math.Abs(b) }
+func sameTokens(a, b float64) bool { return math.Abs(a-b) <= 0.5+1e-9*math.Abs(b) }
 
 // groupThousands formats like the page: 12,345.
 func groupThousands(v float64) string {
@@ -490,7 +490,7 @@ func groupThousands(v float64) string {
 	return s
 }
 
-func words(rng *rand.Rand, n int) string {
+func fillerWords(rng *rand.Rand, n int) string {
 	vocab := []string{"parse", "the", "config", "file", "and", "return", "an", "error", "when", "field", "is", "missing", "test", "handler", "socket", "buffer"}
 	var b strings.Builder
 	for i := range n {
