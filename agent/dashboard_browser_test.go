@@ -375,12 +375,21 @@ func compareCard(card pageCard, m agent.ModelStatus) []string {
 			"client_pinned": float64(r.ClientPinned), "running": r.Running, "waiting": r.Waiting,
 		}
 		for f, v := range ints {
+			if r.ObservedAt == nil && (f == "running" || f == "waiting") {
+				check(at(f)+" text", row[f].Text, "–") // never read: no number
+				continue
+			}
 			checkValue(&diffs, at(f), row[f].Value, v)
 			check(at(f)+" text", row[f].Text, groupThousands(v))
 		}
-		checkValue(&diffs, at("kv_used"), row["kv_used"].Value, r.KVUsed)
-		checkPercentText(&diffs, at("kv_used"), row["kv_used"].Text, r.KVUsed)
-		if r.HitRateKnown {
+		switch {
+		case r.ObservedAt == nil:
+			check(at("kv_used")+" text", row["kv_used"].Text, "–")
+		default:
+			checkValue(&diffs, at("kv_used"), row["kv_used"].Value, r.KVUsed)
+			checkPercentText(&diffs, at("kv_used"), row["kv_used"].Text, r.KVUsed)
+		}
+		if r.HitRateKnown && r.ObservedAt != nil {
 			checkValue(&diffs, at("prefix_hit_rate"), row["prefix_hit_rate"].Value, r.PrefixHitRate)
 			checkPercentText(&diffs, at("prefix_hit_rate"), row["prefix_hit_rate"].Text, r.PrefixHitRate)
 		} else {

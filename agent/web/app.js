@@ -51,6 +51,8 @@
     return null;
   };
 
+  const observed = (r) => r.observed_at !== undefined && r.observed_at !== null;
+
   function readModels(body) {
     const list = body.models || [];
     const started = body.started_at || null; // not in ModelsResponse yet: see wardenStart
@@ -77,10 +79,11 @@
             sticky: num(r.sticky),
             spilledIn: num(r.spilled_in),
             clientPinned: num(r.client_pinned),
-            running: num(r.running),
-            waiting: num(r.waiting),
-            kvUsed: num(r.kv_used),
-            hitRate: r.prefix_hit_rate_known === false ? null : num(r.prefix_hit_rate),
+            // a replica whose /metrics was never read has no numbers, not zeros
+            running: observed(r) ? num(r.running) : null,
+            waiting: observed(r) ? num(r.waiting) : null,
+            kvUsed: observed(r) ? num(r.kv_used) : null,
+            hitRate: observed(r) && r.prefix_hit_rate_known !== false ? num(r.prefix_hit_rate) : null,
             healthy: r.healthy === true,
           })),
         };
@@ -404,7 +407,7 @@
       const v = i * tick;
       root.append(svg('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
       const t = svg('text', { class: 'axis', x: L - 6, y: y(v) + 4, 'text-anchor': 'end' });
-      t.textContent = fmt.rate(v);
+      t.textContent = tick >= 1 ? fmt.int(v) : fmt.rate(v);
       root.append(t);
     }
 
