@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
 )
 
 // RealConfig is a run over real HTTP against any endpoint: the warden, or a
@@ -338,6 +337,9 @@ func (r *realRun) drain(ctx context.Context) {
 			}
 		}
 		if !busy {
+			// let the warden's poller see them idle too, or its first
+			// placements of the window trust the aborted work's counts
+			time.Sleep(max(50*time.Millisecond, 2*r.scaled(DefaultPollInterval)))
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
