@@ -163,7 +163,7 @@ func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
 	best, bestLoad := -1, 0.0
 	for k := range n {
 		i := (m.start + k) % n
-		if ts[i] > bestT+math.Max(tieSlackAbs, tieSlackRel*bestT) {
+		if math.IsInf(ts[i], 1) || ts[i] > bestT+math.Max(tieSlackAbs, tieSlackRel*bestT) {
 			continue
 		}
 		// the warden's exact in-flight count, then the live context

@@ -30,6 +30,9 @@ type VirtualConfig struct {
 	Progress     *Progress
 	// Trace, if set, receives every poll and answered request (bench/trace.go).
 	Trace Tracer
+	// Admission, if its Mode is set, replaces the model's admission settings
+	// (agent.Model.SetAdmission; virtual_admission.go).
+	Admission agent.AdmissionConfig
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -124,7 +127,8 @@ type virtualWorld struct {
 	cfg    VirtualConfig
 	v      *sim.Virtual
 	model  *agent.Model
-	rec    *recorder // the window being measured, nil between windows
+	rec    *recorder     // the window being measured, nil between windows
+	parked []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID uint64
 }
 
@@ -142,6 +146,9 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
 	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model}
+	if err := w.setAdmission(); err != nil {
+		return nil, fmt.Errorf("bench: admission: %w", err)
+	}
 	w.poll()
 	return w, nil
 }
@@ -201,6 +208,7 @@ func (w *virtualWorld) observe() {
 	if w.rec != nil {
 		w.rec.poll(samples)
 	}
+	w.wakeParked()
 }
 
 // flight is one request in flight.
@@ -232,6 +240,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	nextSession := 0
 	var startSession func(at time.Time)
 	var sendTurn func(c *Conversation, prev []uint32, reused int)
+	var submitTurn func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
 
 	startSession = func(at time.Time) {
 		c := NewConversation(wl.SessionVariant(nextSession, variant))
@@ -245,7 +254,11 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		msgs := c.Next()
 		prompt := nextPrompt(wl.System, prev, msgs)
 		sent := w.v.Now()
-		p, err := w.model.Place(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent})
+		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent},
+			func(p agent.Placement, err error) { submitTurn(c, prompt, reused, sent, p, err) })
+	}
+	submitTurn = func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
+		parked := w.v.Now().Sub(sent).Seconds()
 		if err != nil {
 			rec.failed("placement", false, err)
 			return // the session ends; a new one takes its slot below
@@ -261,6 +274,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 			OnDone: func(at time.Time, r sim.Result) {
 				delete(inFlight, id)
 				w.model.Done(p, at)
+				w.wakeParked()
 				if !open {
 					rec.cut++
 					return
@@ -274,7 +288,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 				if w.cfg.Trace != nil {
 					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
 						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
-						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens})
+						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Parked: parked})
 				}
 				c.Reply(r.OutputText)
 				if c.Done() {
@@ -302,6 +316,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	}
 	w.observe() // the window's closing sample
 	open = false
+	w.cancelParked()
 	for id, f := range inFlight {
 		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
 	}

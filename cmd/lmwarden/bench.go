@@ -46,6 +46,8 @@ type benchFlags struct {
 	speed                                float64
 	out                                  string
 	trace                                bool
+	admission                            string
+	admissionTimeout                     time.Duration
 	pollInterval                         time.Duration
 }
 
@@ -69,6 +71,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
+	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
+	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
@@ -155,6 +159,7 @@ func runBench(args []string) error {
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
 			PollInterval: f.pollInterval,
 			Trace:        traceFor(f.trace, &tr),
+			Admission:    admissionFor(f.admission, f.admissionTimeout),
 		})
 		if err != nil {
 			return err

@@ -1,6 +1,11 @@
 package main
 
-import "github.com/lmwarden/lmwarden/bench"
+import (
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/bench"
+)
 
 // traceFor returns the recorder as the virtual run's Tracer when --trace is
 // on, and a nil interface (no tracing) otherwise.
@@ -9,4 +14,9 @@ func traceFor(on bool, tr *bench.TraceRecorder) bench.Tracer {
 		return nil
 	}
 	return tr
+}
+
+// admissionFor builds --admission's settings ("" keeps the model's).
+func admissionFor(mode string, timeout time.Duration) agent.AdmissionConfig {
+	return agent.AdmissionConfig{Mode: agent.AdmissionMode(mode), Timeout: timeout}
 }
