@@ -90,30 +90,35 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	return s.clientKeepAlive(h, x.Response)
 }
 
-// parkedBodyBytes bounds what the shim reads of a parked request's body
-// while it waits for admission (to notice the client leaving); beyond it,
-// TCP holds the rest at the client.
-const parkedBodyBytes = 1 << 20
+// parkedPoll is how often a parked request checks that its client is
+// still there.
+const parkedPoll = 50 * time.Millisecond
 
 // awaitAdmission waits while admission parks the request: until a replica
 // has room, the model's admission timeout passes, or the client leaves
-// (errClientGone: the request is cancelled, nothing is answered).
+// (errClientGone: the request is cancelled, nothing is answered). Nothing
+// is read from the client meanwhile (its body stays in the socket, and
+// with a peeked head so does the head); its leaving shows in the socket's
+// TCP state.
 func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait) (agent.Placement, error) {
 	s.stats.parked.Add(1)
-	gone := make(chan struct{})
-	watch := watchClient(client, func() { close(gone) }, parkedBodyBytes)
 	timer := time.NewTimer(s.placer.Admission().Timeout)
 	defer timer.Stop()
-	select {
-	case <-w.Ready:
-	case <-timer.C:
-	case <-gone:
+	tick := time.NewTicker(parkedPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.Ready:
+		case <-timer.C:
+		case <-tick.C:
+			if !peerGone(client) {
+				continue
+			}
+			s.placer.Cancel(w)
+			return agent.Placement{}, errClientGone
+		}
+		return s.placer.Claim(w, time.Now())
 	}
-	if watch.stop() {
-		s.placer.Cancel(w)
-		return agent.Placement{}, errClientGone
-	}
-	return s.placer.Claim(w, time.Now())
 }
 
 // connect returns a connection to p's replica. A connect failure (no byte

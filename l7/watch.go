@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // clientWatch notices a client that goes away while its request waits
@@ -14,27 +16,24 @@ import (
 // as in flight all that time. It reads the client connection in the
 // background; EOF or an error means gone, and onGone runs (the response
 // watch closes the upstream connection, so the relay ends now and vLLM
-// aborts the request). Bytes that arrive instead (the body of a parked
-// request, a pipelined next request) are kept, up to keep bytes, after
-// which the watch stops reading; stop hands them back.
+// aborts the request). Bytes that arrive instead (a pipelined next
+// request) end the watch; stop hands them back.
 type clientWatch struct {
 	client   *Conn
 	onGone   func()
-	keep     int
 	done     chan struct{}
 	stopping atomic.Bool
 	gone     atomic.Bool
 	got      []byte
 }
 
-// watchResponse watches while a response is pending: the first bytes end
-// the watch (a pipelined request; nothing more to learn).
+// watchResponse watches while a response is pending.
 func watchResponse(client, upstream *Conn) *clientWatch {
-	return watchClient(client, func() { upstream.Close() }, 1)
+	return watchClient(client, func() { upstream.Close() })
 }
 
-func watchClient(client *Conn, onGone func(), keep int) *clientWatch {
-	w := &clientWatch{client: client, onGone: onGone, keep: keep, done: make(chan struct{})}
+func watchClient(client *Conn, onGone func()) *clientWatch {
+	w := &clientWatch{client: client, onGone: onGone, done: make(chan struct{})}
 	_ = client.SetReadDeadline(time.Time{})
 	go w.run()
 	return w
@@ -43,21 +42,39 @@ func watchClient(client *Conn, onGone func(), keep int) *clientWatch {
 func (w *clientWatch) run() {
 	defer close(w.done)
 	buf := make([]byte, 4096)
-	for len(w.got) < w.keep {
-		n, err := w.client.TCPConn.Read(buf)
-		if n > 0 {
-			w.got = append(w.got, buf[:n]...)
-			continue
-		}
-		var ne net.Error
-		if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) {
-			return
-		}
-		w.gone.Store(true)
-		w.onGone()
+	n, err := w.client.TCPConn.Read(buf)
+	if n > 0 {
+		w.got = buf[:n]
 		return
 	}
+	var ne net.Error
+	if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	w.gone.Store(true)
+	w.onGone()
 }
+
+// peerGone reports, without reading anything, whether the client has
+// closed or reset its connection: the socket has left ESTABLISHED (FIN
+// received: CLOSE_WAIT; reset: CLOSE). Used while a request is parked,
+// when its body (or, with a peeked head, the head itself) must stay
+// unread in the socket.
+func peerGone(c *Conn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	_ = rc.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		gone = err != nil || info.State != tcpEstablished
+	})
+	return gone
+}
+
+// tcpEstablished is TCP_ESTABLISHED of include/net/tcp_states.h.
+const tcpEstablished = 1
 
 // stop ends the watch and reports whether the client went away. Bytes the
 // watch read are appended to the client's Pending.
