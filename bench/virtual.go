@@ -33,6 +33,8 @@ type VirtualConfig struct {
 	// Admission, if its Mode is set, replaces the model's admission settings
 	// (agent.Model.SetAdmission; virtual_admission.go).
 	Admission agent.AdmissionConfig
+	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
+	Workload WorkloadShape
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -48,7 +50,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		cfg.PollInterval = DefaultPollInterval
 	}
 	wall := time.Now()
-	w := NewWorkload(cfg.Seed)
+	w := NewWorkloadShape(cfg.Seed, cfg.Workload)
 	rep := &Report{
 		Mode: "virtual", Profile: cfg.Profile.Name, Replicas: cfg.Replicas, LBStats: cfg.LBStats.String(),
 		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),

@@ -38,12 +38,15 @@ const (
 type Workload struct {
 	Seed   uint64
 	System string // the shared system prompt
+	// Shape sizes the sessions' messages (workload_shape.go); NewWorkload
+	// gives DefaultShape, the constants above.
+	Shape WorkloadShape
 }
 
 // NewWorkload builds the generator for a seed.
 func NewWorkload(seed uint64) *Workload {
 	r := rand.New(rand.NewPCG(seed, systemPromptSalt))
-	return &Workload{Seed: seed, System: "You are a coding agent. " + text(r, SystemTokens-6)}
+	return &Workload{Seed: seed, System: "You are a coding agent. " + text(r, SystemTokens-6), Shape: DefaultShape}
 }
 
 // Session is one synthetic conversation: its id, its user messages (one a
@@ -74,13 +77,13 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 	shape := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
 	txt := rand.New(rand.NewPCG(w.Seed^sessionTextSalt^(variant*0x9e3779b97f4a7c15), uint64(i)))
 	s := &Session{Index: i, ID: uuid(txt)}
-	first := FirstUserMin + shape.IntN(FirstUserMax-FirstUserMin+1)
+	first := w.Shape.FirstUserMin + shape.IntN(w.Shape.FirstUserMax-w.Shape.FirstUserMin+1)
 	// The session id leads the first message, so no two sessions share a
 	// prefix beyond the system prompt even if the random text collided.
 	head := padToToken("Task " + s.ID + ":")
 	s.Users = append(s.Users, head+text(txt, first-len(head)/sim.BytesPerToken))
 	for k := 1; k < TurnsPerSession; k++ {
-		n := FollowUpTokens - FollowUpJitter + shape.IntN(2*FollowUpJitter+1)
+		n := w.Shape.FollowUpTokens - w.Shape.FollowUpJitter + shape.IntN(2*w.Shape.FollowUpJitter+1)
 		s.Users = append(s.Users, text(txt, n))
 	}
 	for k := 0; k < TurnsPerSession; k++ {

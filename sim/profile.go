@@ -61,6 +61,35 @@ var profiles = map[string]Profile{
 		MemoryEfficiency:    0.6,
 		StepOverhead:        3 * time.Millisecond,
 	},
+	// The reference's second box (docs/placement.md): one 32 GiB card (RTX
+	// 5090: 1.79 TB/s, about 105 TFLOP/s dense bf16 with fp32 accumulate)
+	// per replica serving Gemma-3-27B with int4 weights (W4A16, about 16 GB
+	// read a step with the tied lm_head). 10 of its 62 layers attend
+	// globally; the other 52 use a 1024-token sliding window, whose KV and
+	// attention are bounded and left out, so Layers is the global layers.
+	// KV: 2 x 10 x 16 x 128 x 2 B = 81,920 B a token; 0.9 x 32 GiB less
+	// weights and activations leaves about 12.5 GB: 152,000 tokens.
+	"rtx5090-gemma3-27b-int4": {
+		Name:                "rtx5090-gemma3-27b-int4",
+		KVCapacityTokens:    152_000,
+		BlockSize:           16,
+		MaxNumBatchedTokens: 2048,
+		MaxNumSeqs:          256,
+		MaxModelLen:         131_072,
+		Params:              27.0e9,
+		WeightBytes:         16.0e9,
+		Layers:              10,
+		QueryHeads:          32,
+		KVHeads:             16,
+		HeadDim:             128,
+		HiddenSize:          4096, // query heads x head dim: the attention FLOPs' width
+		KVDtypeBytes:        2,
+		PeakFLOPS:           104.8e12,
+		MemBytesPerSec:      1792e9,
+		ComputeEfficiency:   0.5,
+		MemoryEfficiency:    0.6,
+		StepOverhead:        4 * time.Millisecond,
+	},
 }
 
 // LookupProfile returns the named profile.

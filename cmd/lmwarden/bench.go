@@ -48,6 +48,7 @@ type benchFlags struct {
 	trace                                bool
 	admission                            string
 	admissionTimeout                     time.Duration
+	workload                             string
 	pollInterval                         time.Duration
 }
 
@@ -73,6 +74,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
 	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
+	fs.StringVar(&f.workload, "workload", "agent", "--virtual: session sizes: agent (WORKLOAD.md, ~12k tokens) or big (~58k tokens, for rtx5090-gemma3-27b-int4)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
@@ -154,12 +156,17 @@ func runBench(args []string) error {
 		if f.replicas < 1 {
 			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
 		}
+		shape, err := bench.ParseWorkload(f.workload)
+		if err != nil {
+			return fmt.Errorf("--workload: %v: %w", err, errUsage)
+		}
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
 			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Arms: arms,
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
 			PollInterval: f.pollInterval,
 			Trace:        traceFor(f.trace, &tr),
 			Admission:    admissionFor(f.admission, f.admissionTimeout),
+			Workload:     shape,
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,45 @@
+package bench
+
+import "fmt"
+
+// WorkloadShape sizes a workload's sessions in tokens (WORKLOAD.md for the
+// default; docs/placement.md for big). The turn count, pauses and output
+// lengths are the same for every shape.
+type WorkloadShape struct {
+	Name                       string
+	FirstUserMin, FirstUserMax int // the first user message, unique to the session
+	FollowUpTokens             int // each later user message
+	FollowUpJitter             int
+}
+
+// The workloads `lmwarden bench --workload` knows.
+var (
+	// DefaultShape is WORKLOAD.md's: about 11k tokens at the first turn,
+	// about 14k at the last.
+	DefaultShape = WorkloadShape{Name: "agent", FirstUserMin: FirstUserMin, FirstUserMax: FirstUserMax,
+		FollowUpTokens: FollowUpTokens, FollowUpJitter: FollowUpJitter}
+	// BigShape is the reference's second box: sessions of about 58k tokens
+	// (about 51k at the first turn, 3.5k of it the shared system prompt,
+	// about 62k at the sixth), for profile rtx5090-gemma3-27b-int4.
+	BigShape = WorkloadShape{Name: "big", FirstUserMin: 46_500, FirstUserMax: 48_500,
+		FollowUpTokens: 2000, FollowUpJitter: 100}
+)
+
+// ParseWorkload returns the named shape: agent or big.
+func ParseWorkload(name string) (WorkloadShape, error) {
+	for _, s := range []WorkloadShape{DefaultShape, BigShape} {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return WorkloadShape{}, fmt.Errorf("%w: workload %q (want agent or big)", ErrBadConfig, name)
+}
+
+// NewWorkloadShape is NewWorkload with another shape (zero: the default).
+func NewWorkloadShape(seed uint64, shape WorkloadShape) *Workload {
+	w := NewWorkload(seed)
+	if shape.Name != "" {
+		w.Shape = shape
+	}
+	return w
+}
