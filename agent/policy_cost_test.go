@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+var costEpoch = time.Unix(1_700_000_000, 0).UTC()
+
+// mustCostModel is a 4-replica model on policy p whose replicas report a KV
+// capacity of capTokens.
+func mustCostModel(tb testing.TB, p Policy, capTokens float64) *Model {
+	tb.Helper()
+	m := mustModel(tb, func(mc *ModelConfig) { mc.Policy = p })
+	for i := range m.Replicas() {
+		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: capTokens}, costEpoch)
+	}
+	return m
+}
+
+// prompt of n tokens at bytesPerToken.
+func promptBytes(n int) int64 { return int64(n * bytesPerToken) }
+
+func TestCostSpreadsSimultaneousNewSessionsOnePerReplica(t *testing.T) {
+	m := mustCostModel(t, PolicyCost, 40_000)
+	seen := map[int]bool{}
+	for k := range 4 {
+		p := mustPlace(t, m, Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch})
+		seen[p.Replica] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("4 new sessions landed on %d replicas, want 4", len(seen))
+	}
+}
+
+func TestCostKeepsASessionOnTheReplicaThatHoldsItsCache(t *testing.T) {
+	m := mustCostModel(t, PolicyCost, 40_000)
+	now := costEpoch
+	first := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: now})
+	for turn := 1; turn < 6; turn++ {
+		now = now.Add(10 * time.Second)
+		m.Done(first, now)
+		now = now.Add(50 * time.Millisecond)
+		p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000 + 650*turn), Now: now})
+		if p.Replica != first.Replica {
+			t.Fatalf("turn %d went to replica %d, its cache is on %d", turn, p.Replica, first.Replica)
+		}
+		first = p
+	}
+}
+
+func TestCostMovesASessionWhoseCacheWasEvicted(t *testing.T) {
+	// Replica capacity 20k: after a 12k session a returns, 3 more 12k
+	// sessions pass through its replica, so LRU has pushed a out; with a
+	// backlog queued there, another idle replica is cheaper.
+	m := mustCostModel(t, PolicyCost, 20_000)
+	now := costEpoch
+	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_000), Now: now})
+	m.Done(a, now.Add(time.Second))
+	pr := &m.peer.reps[a.Replica]
+	pr.touched += 36_000 // three other sessions' prompts since a's turn
+	if h := m.held(m.peer.sessions[m.HashSession("a")]); h != 0 {
+		t.Fatalf("held = %.0f tokens after 36k newer tokens on a 20k cache, want 0", h)
+	}
+	pr.backlog, pr.backlogAt = 40_000, now.Add(2*time.Second).UnixNano()
+	p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_700), Now: now.Add(2 * time.Second)})
+	if p.Replica == a.Replica {
+		t.Fatalf("session stayed on replica %d that no longer holds it and has 40k tokens queued", p.Replica)
+	}
+}
+
+func TestCostLearnsThePrefillRateFromTheReplicaCounters(t *testing.T) {
+	m := mustCostModel(t, PolicyCost, 40_000)
+	now := costEpoch
+	var prompt, ttft, count float64
+	for k := range 200 {
+		now = now.Add(250 * time.Millisecond)
+		if k%4 == 0 { // a cold 10k-token prompt every second, 2.5 s each
+			prompt += 10_000
+			ttft += 2.5
+			count++
+		}
+		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000,
+			PromptTokens: prompt, TTFTSum: ttft, TTFTCount: count}, now)
+	}
+	if got := m.prefillRate(0); math.Abs(got-4000) > 200 {
+		t.Fatalf("learned prefill rate %.0f tokens/s, want about 4000", got)
+	}
+}
+
+func TestAdmissionQueueParksWhatDoesNotFitAndGrantsWhenASessionEnds(t *testing.T) {
+	m := mustCostModel(t, PolicyCost, 40_000)
+	if err := m.SetAdmission(AdmissionConfig{Mode: AdmissionQueue, QueueMax: 2}); err != nil {
+		t.Fatal(err)
+	}
+	now := costEpoch
+	var placed []Placement
+	for k := range 12 { // 3 sessions of 11k fit each 40k replica
+		p, w, err := m.Admit(Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: now})
+		if err != nil || w != nil {
+			t.Fatalf("session %d: parked=%v err=%v, want placed", k, w != nil, err)
+		}
+		placed = append(placed, p)
+	}
+	_, w, err := m.Admit(Request{SessionID: "late", PromptBytes: promptBytes(11_000), Now: now})
+	if err != nil || w == nil {
+		t.Fatalf("13th session: parked=%v err=%v, want parked", w != nil, err)
+	}
+	if _, w2, _ := m.Admit(Request{SessionID: "later", PromptBytes: promptBytes(11_000), Now: now}); w2 == nil {
+		t.Fatal("14th session not parked behind the 13th")
+	}
+	if _, _, err := m.Admit(Request{SessionID: "full", PromptBytes: promptBytes(11_000), Now: now}); !errors.Is(err, ErrAdmissionFull) {
+		t.Fatalf("15th session with a queue of 2: err %v, want ErrAdmissionFull", err)
+	}
+	select {
+	case <-w.Ready:
+		t.Fatal("granted before any room freed")
+	default:
+	}
+	// session s0 ends its last turn and stays quiet: its context stops being
+	// live after the idle window, and the next poll grants the head.
+	m.Done(placed[0], now.Add(time.Second))
+	now = now.Add(time.Minute)
+	m.ObserveReplica(placed[0].Replica, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000}, now)
+	for range 10 { // the sweep visits a few sessions a call
+		m.ObserveReplica(placed[0].Replica, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000}, now)
+	}
+	select {
+	case <-w.Ready:
+	default:
+		t.Fatal("not granted after a live session ended")
+	}
+	p, err := m.Claim(w, now)
+	if err != nil || p.Replica != placed[0].Replica {
+		t.Fatalf("claim: replica %d err %v, want replica %d", p.Replica, err, placed[0].Replica)
+	}
+	if _, err := m.Claim(w, now); !errors.Is(err, ErrWaitClaimed) {
+		t.Fatalf("second claim: %v, want ErrWaitClaimed", err)
+	}
+	if st := m.AdmissionStats(); st.Parked != 1 || st.Waits != 2 || st.Rejected != 1 {
+		t.Fatalf("stats %+v, want 1 parked, 2 waits, 1 rejected", st)
+	}
+}
+
+func TestAdmissionTimeoutPlacesWhereItCostsLeast(t *testing.T) {
+	m := mustCostModel(t, PolicyCost, 20_000)
+	if err := m.SetAdmission(AdmissionConfig{Mode: AdmissionQueue}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 4 {
+		if _, w, err := m.Admit(Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch}); w != nil || err != nil {
+			t.Fatalf("session %d parked or failed", k)
+		}
+	}
+	_, w, _ := m.Admit(Request{SessionID: "x", PromptBytes: promptBytes(11_000), Now: costEpoch})
+	if w == nil {
+		t.Fatal("5th session not parked")
+	}
+	p, err := m.Claim(w, costEpoch.Add(30*time.Second))
+	if err != nil || p.Replica < 0 {
+		t.Fatalf("claim after timeout: %+v %v", p, err)
+	}
+	if st := m.AdmissionStats(); st.TimedOut != 1 {
+		t.Fatalf("timed out %d, want 1", st.TimedOut)
+	}
+}
+
+func TestCacheAwareFollowsTheSessionUntilLoadIsImbalanced(t *testing.T) {
+	m := mustCostModel(t, PolicyCacheAware, 40_000)
+	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: costEpoch})
+	m.Done(a, costEpoch.Add(time.Second))
+	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_600), Now: costEpoch.Add(2 * time.Second)}); p.Replica != a.Replica {
+		t.Fatalf("follow-up went to %d, want %d (match above the threshold)", p.Replica, a.Replica)
+	}
+	for k := range 100 { // 100 more in flight on a's replica: imbalanced
+		m.commit(a.Replica, KindBalanced, 0, -1, costEpoch.UnixNano())
+		_ = k
+	}
+	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_200), Now: costEpoch.Add(3 * time.Second)}); p.Replica == a.Replica {
+		t.Fatal("imbalanced load did not move the request to the least-loaded replica")
+	}
+}
+
+func TestStickyUntilSaturatedLeavesOnlyWhenMoreThanFiveSecondsWorse(t *testing.T) {
+	m := mustCostModel(t, PolicyStickyUntilSaturated, 40_000)
+	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: costEpoch})
+	m.Done(a, costEpoch.Add(time.Second))
+	pr := &m.peer.reps[a.Replica]
+	now := costEpoch.Add(2 * time.Second)
+	pr.backlog, pr.backlogAt = 2*priorPrefillRate, now.UnixNano() // 2 s queued: stay
+	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_600), Now: now}); p.Replica != a.Replica {
+		t.Fatalf("moved with 2 s queued; want stay")
+	}
+	m.Done(a, now.Add(time.Second))
+	now = now.Add(2 * time.Second)
+	pr.backlog, pr.backlogAt = 30*priorPrefillRate, now.UnixNano() // 30 s queued: leave
+	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_200), Now: now}); p.Replica == a.Replica {
+		t.Fatalf("stayed with 30 s queued; want a move")
+	}
+}
