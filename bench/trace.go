@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -39,6 +40,18 @@ type TraceRequest struct {
 	// Parked is the time the request waited at the warden before it was
 	// placed (admission; 0 otherwise), included in TTFT.
 	Parked float64
+	// Cut: still unanswered (in flight or parked) when the window closed;
+	// TTFT is then a lower bound (close - sent) unless a token had come.
+	Cut bool
+}
+
+// cutRequest is the trace row of a request the window's close cut.
+func cutRequest(session string, turn int, p agent.Placement, sent time.Time, ttft float64, at time.Time, parked float64) TraceRequest {
+	if math.IsNaN(ttft) {
+		ttft = at.Sub(sent).Seconds()
+	}
+	return TraceRequest{Session: session, Turn: turn, Replica: p.Replica, Kind: p.Kind.String(), Sent: sent,
+		TTFT: ttft, Done: at, Cut: true, Parked: parked}
 }
 
 // TraceWindow is what a TraceRecorder kept of one window.
@@ -125,7 +138,7 @@ func (t *TraceRecorder) Write(dir string) error {
 	polls := [][]string{{"sessions", "arm", "t_s", "replica", "running", "waiting", "kv_usage",
 		"prompt_tokens", "prefix_hits", "preemptions", "generation_tokens"}}
 	reqs := [][]string{{"sessions", "arm", "session", "turn", "replica", "kind", "sent_s", "ttft_s",
-		"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s"}}
+		"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s", "cut"}}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, w := range t.Windows {
 		head := []string{strconv.Itoa(w.Sessions), w.Arm}
@@ -143,7 +156,7 @@ func (t *TraceRecorder) Write(dir string) error {
 			reqs = append(reqs, append(append([]string{}, head...), r.Session, strconv.Itoa(r.Turn),
 				strconv.Itoa(r.Replica), r.Kind, f(r.Sent.Sub(w.Start).Seconds()), ttft,
 				f(r.Done.Sub(w.Start).Seconds()), strconv.Itoa(r.Prompt), strconv.Itoa(r.Cached),
-				strconv.Itoa(r.Output), f(r.Parked)))
+				strconv.Itoa(r.Output), f(r.Parked), strconv.FormatBool(r.Cut)))
 		}
 	}
 	for name, rows := range map[string][][]string{TracePollsCSV: polls, TraceRequestsCSV: reqs} {

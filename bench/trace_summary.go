@@ -21,12 +21,13 @@ import (
 // replica relate to its time to first token.
 func (t *TraceRecorder) WriteSummary(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("| sessions | arm | requests | first turns | TTFT p50 first / later | recomputed tok/req | spilled/moved | preempted | mean running/waiting per replica | answered per replica |\n")
-	b.WriteString("|---:|---|---:|---:|---|---:|---:|---:|---|---|\n")
+	b.WriteString("| sessions | arm | requests | first turns | TTFT p50 first / later | p50 / p95 with cut (lower bound) | cut (parked) | parked p50 | recomputed tok/req | spilled/moved | preempted | mean running/waiting per replica | answered per replica |\n")
+	b.WriteString("|---:|---|---:|---:|---|---|---|---|---:|---:|---:|---|---|\n")
 	for _, win := range t.Windows {
 		s := win.summarize()
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s / %s | %.0f | %d | %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s / %s | %s / %s | %d (%d) | %s | %.0f | %d | %d | %s | %s |\n",
 			win.Sessions, win.Arm, s.requests, s.first, fmtSec(Num(s.firstP50)), fmtSec(Num(s.laterP50)),
+			fmtSec(Num(s.cutP50)), fmtSec(Num(s.cutP95)), s.cut, s.cutParked, fmtSec(Num(s.parkedP50)),
 			s.recomputed, s.moved, s.preempted, s.queues, s.answered)
 	}
 	_, err := io.WriteString(w, b.String())
@@ -36,6 +37,9 @@ func (t *TraceRecorder) WriteSummary(w io.Writer) error {
 type windowSummary struct {
 	requests, first, moved int
 	firstP50, laterP50     float64
+	cutP50, cutP95         float64 // answered and cut together, cut at their lower bound
+	cut, cutParked         int
+	parkedP50              float64 // wait at the warden of the requests that were parked
 	recomputed             float64
 	preempted              uint64
 	queues, answered       string
@@ -54,7 +58,19 @@ func (win *TraceWindow) summarize() windowSummary {
 	}
 	answered := make([]int, replicas)
 	last := map[string]int{}
+	var all, parked []float64
 	for _, r := range win.Requests {
+		all = append(all, r.TTFT)
+		if r.Parked > 0.001 {
+			parked = append(parked, r.Parked)
+		}
+		if r.Cut {
+			s.cut++
+			if r.Kind == "parked" {
+				s.cutParked++
+			}
+			continue
+		}
 		s.requests++
 		if r.Turn == 0 {
 			s.first++
@@ -74,6 +90,7 @@ func (win *TraceWindow) summarize() windowSummary {
 		}
 	}
 	s.firstP50, s.laterP50 = Percentile(first, 50), Percentile(later, 50)
+	s.cutP50, s.cutP95, s.parkedP50 = Percentile(all, 50), Percentile(all, 95), Percentile(parked, 50)
 	if s.requests > 0 {
 		s.recomputed = recomputed / float64(s.requests)
 	}

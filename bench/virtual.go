@@ -256,7 +256,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		msgs := c.Next()
 		prompt := nextPrompt(wl.System, prev, msgs)
 		sent := w.v.Now()
-		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent},
+		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent}, c.Turn,
 			func(p agent.Placement, err error) { submitTurn(c, prompt, reused, sent, p, err) })
 	}
 	submitTurn = func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
@@ -279,6 +279,9 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 				w.wakeParked()
 				if !open {
 					rec.cut++
+					if w.cfg.Trace != nil {
+						w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, p, sent, ttft, at, parked))
+					}
 					return
 				}
 				if r.Err != nil {

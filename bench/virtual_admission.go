@@ -13,18 +13,21 @@ import (
 // parkedTurn is one request waiting at the warden.
 type parkedTurn struct {
 	wait    *agent.Wait
+	session string // for the trace
+	turn    int
 	claim   func()
 	claimed bool
 }
 
-// admit places req now, or parks it; then runs once with the placement.
-func (w *virtualWorld) admit(req agent.Request, then func(agent.Placement, error)) {
+// admit places req (turn is its session's turn, for the trace) now, or
+// parks it; then runs once with the placement.
+func (w *virtualWorld) admit(req agent.Request, turn int, then func(agent.Placement, error)) {
 	p, wait, err := w.model.Admit(req)
 	if wait == nil {
 		then(p, err)
 		return
 	}
-	pt := &parkedTurn{wait: wait}
+	pt := &parkedTurn{wait: wait, session: req.SessionID, turn: turn}
 	pt.claim = func() {
 		if pt.claimed {
 			return
@@ -67,6 +70,11 @@ func (w *virtualWorld) cancelParked() {
 			w.model.Cancel(pt.wait)
 			if w.rec != nil {
 				w.rec.cut++
+			}
+			if w.cfg.Trace != nil {
+				w.cfg.Trace.Request(TraceRequest{Session: pt.session, Turn: pt.turn, Replica: -1, Kind: "parked",
+					Sent: pt.wait.Since, TTFT: w.v.Now().Sub(pt.wait.Since).Seconds(), Done: w.v.Now(), Cut: true,
+					Parked: w.v.Now().Sub(pt.wait.Since).Seconds()})
 			}
 		}
 	}
