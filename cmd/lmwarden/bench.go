@@ -192,14 +192,17 @@ func runBench(args []string) error {
 				return fmt.Errorf("--%s %q: want an http:// URL: %w", name, u, errUsage)
 			}
 		}
-		profile := ""
+		profile, lbLabel := "", ""
 		if set["profile"] {
 			profile = f.profile
+		}
+		if set["lb-stats"] {
+			lbLabel = lb.String() // else the warden's (or vLLM's) own setting, unknown here
 		}
 		rep, err = bench.RunReal(ctx, bench.RealConfig{
 			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, ModelName: f.modelName,
 			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Arms: arms, Seed: f.seed,
-			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lb.String(),
+			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lbLabel,
 			Progress: bench.NewProgress(os.Stderr, phases),
 		})
 		if err != nil {
