@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -141,9 +142,10 @@ func (d *demoFront) Close() error {
 // warden sees load as often, in simulated time, as it would on real cards.
 func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, speed float64, lb sim.LBStats) (*demoFront, error) {
 	// The datapath as `lmwarden serve --datapath auto` chooses it: kernel
-	// when privileged and built in, userspace otherwise; its reason is
-	// printed.
-	dp, err := chooseDatapath("auto", slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	// when privileged and built in, userspace otherwise; what it logs about
+	// the choice becomes the demo's "datapath" line.
+	var why reasonHandler
+	dp, err := chooseDatapath("auto", slog.New(&why))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +175,7 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	go shim.Serve(ln)
 	return &demoFront{
 		frontend: ln.Addr().String(), admin: wd.AdminAddr(), warden: wd, shim: shim,
-		datapath: dp.Name(),
+		datapath: dp.Name() + why.String(),
 	}, nil
 }
 
@@ -186,4 +188,30 @@ func joinURLs(urls []string) string {
 		s += u
 	}
 	return s
+}
+
+// reasonHandler keeps what chooseDatapath logs, to print it as one line.
+type reasonHandler struct{ lines []string }
+
+func (h *reasonHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *reasonHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *reasonHandler) WithGroup(string) slog.Handler            { return h }
+func (h *reasonHandler) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" || a.Key == "err" {
+			line = a.Value.String()
+		}
+		return true
+	})
+	h.lines = append(h.lines, line)
+	return nil
+}
+
+// String is " (what was logged)", or "" when nothing was.
+func (h *reasonHandler) String() string {
+	if len(h.lines) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(h.lines, "; ") + ")"
 }

@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkVirtualReferenceRun times the reference run (5 steps × 3
+// simulated minutes × 2 arms) on the virtual clock; the budget is 60 s of
+// wall time on a 2-core machine. Reported per run, with requests/s of wall.
+func BenchmarkVirtualReferenceRun(b *testing.B) {
+	cfg := VirtualConfig{
+		Profile: mustProfile(b, "a4000-qwen3-4b"), Replicas: 4, Steps: []int{4, 8, 16, 24, 32},
+		Duration: 3 * time.Minute, Arms: mustArms(b, "off,on"), Seed: 1,
+	}
+	requests := 0
+	for b.Loop() {
+		rep, err := RunVirtual(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, x := range rep.Results {
+			requests += x.Requests + x.Cut
+		}
+	}
+	b.ReportMetric(float64(requests)/b.Elapsed().Seconds(), "requests/s")
+}
