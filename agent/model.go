@@ -341,7 +341,10 @@ func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
 	r.metrics = s
 	r.observed = true
 	r.observedAt = now
-	if s.Waiting > 0 && s.Running > 0 {
+	// Keep the largest batch seen under saturation: a single snapshot taken
+	// while one long prompt is being prefilled shows running=1, waiting=1,
+	// and a threshold of 1 would spill every turn of every session.
+	if s.Waiting > 0 && s.Running > r.saturatedRunning {
 		r.saturatedRunning = s.Running
 	}
 	r.hitRate.add(now, s.PrefixQueries, s.PrefixHits)

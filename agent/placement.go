@@ -107,24 +107,32 @@ func (m *Model) leastLoaded(exclude int) int {
 // spillThreshold is the in-flight count at which a pinned session's request
 // spills (call with m.mu held). A number in the config is used as is. With
 // `auto` it is derived from what replica i can batch, in this order:
-//  1. the running count last observed while requests were also waiting
+//  1. the largest running count observed while requests were also waiting
 //     (the replica was saturated: that is how many it could batch then);
-//  2. else KV capacity (vllm:cache_config_info num_gpu_blocks*block_size)
-//     divided by the mean prompt size seen so far (PromptBytes/4 tokens);
-//  3. else DefaultSpillThreshold.
+//  2. KV capacity (vllm:cache_config_info num_gpu_blocks*block_size)
+//     divided by the mean prompt size seen so far (PromptBytes/4 tokens):
+//     how many prompts of the usual size its cache holds at once;
+//  3. DefaultSpillThreshold while neither is known.
+//
+// The larger of 1 and 2 wins, and never less than minAutoSpill: spilling
+// throws away the session's cache, so it is for real pressure only.
 func (m *Model) spillThreshold(i int) int {
 	if !m.cfg.SpillThreshold.Auto {
 		return m.cfg.SpillThreshold.N
 	}
 	r := &m.reps[i]
-	switch {
-	case r.saturatedRunning >= 1:
-		return int(r.saturatedRunning)
-	case r.metrics.KVCapacityTokens > 0 && m.meanPromptTokens >= 1:
-		return max(1, min(maxAutoSpill, int(r.metrics.KVCapacityTokens/m.meanPromptTokens)))
+	n, known := int(r.saturatedRunning), r.saturatedRunning >= 1
+	if r.metrics.KVCapacityTokens > 0 && m.meanPromptTokens >= 1 {
+		n, known = max(n, int(r.metrics.KVCapacityTokens/m.meanPromptTokens)), true
 	}
-	return DefaultSpillThreshold
+	if !known {
+		return DefaultSpillThreshold
+	}
+	return max(minAutoSpill, min(maxAutoSpill, n))
 }
+
+// minAutoSpill is the floor of the auto threshold.
+const minAutoSpill = 2
 
 // maxAutoSpill caps the auto threshold at vLLM's default max_num_seqs.
 const maxAutoSpill = 256

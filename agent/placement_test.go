@@ -334,15 +334,34 @@ func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
 	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 4 {
 		t.Fatalf("from KV capacity: %d, want 4", got)
 	}
-	// Saturation seen: 3 running while others wait.
-	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 3, Waiting: 2, KVCapacityTokens: 40_000}, epoch)
-	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 3 {
-		t.Fatalf("from saturation: %d, want 3", got)
+	// Saturation seen: 5 running while others wait; the larger estimate wins.
+	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 5, Waiting: 2, KVCapacityTokens: 40_000}, epoch)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 5 {
+		t.Fatalf("from saturation: %d, want 5", got)
 	}
-	mustPlace(t, m, Request{SessionID: "s", Now: epoch})
-	mustPlace(t, m, Request{SessionID: "s", Now: epoch})
+	// One snapshot of a single long prefill with another request waiting
+	// must not drop the threshold to 1 (that spilled every turn).
+	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 1, Waiting: 1, KVCapacityTokens: 40_000}, epoch)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 5 {
+		t.Fatalf("after a one-prefill snapshot: %d, want 5", got)
+	}
+	for range 4 {
+		mustPlace(t, m, Request{SessionID: "s", Now: epoch})
+	}
 	if q := mustPlace(t, m, Request{SessionID: "s", Now: epoch}); q.Kind != KindSpilled {
-		t.Fatalf("fourth request with 3 in flight: %v, want spilled", q.Kind)
+		t.Fatalf("sixth request with 5 in flight: %v, want spilled", q.Kind)
+	}
+}
+
+func TestAutoSpillThresholdHasAFloor(t *testing.T) {
+	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{Auto: true} })
+	// A cache that holds less than one usual prompt.
+	for i := range 4 {
+		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 8_000}, epoch)
+	}
+	p := mustPlace(t, m, Request{SessionID: "s", PromptBytes: 48_000, Now: epoch})
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != minAutoSpill {
+		t.Fatalf("tiny cache: %d, want the floor %d", got, minAutoSpill)
 	}
 }
 
