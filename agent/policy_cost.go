@@ -146,7 +146,10 @@ const (
 // pickCost chooses by predicted TTFT among the replicas admission allows.
 func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
 	n := len(m.reps)
-	ts := make([]float64, n) // small: replicas of one model
+	if cap(m.peer.scratch) < n {
+		m.peer.scratch = make([]float64, n)
+	}
+	ts := m.peer.scratch[:n]
 	bestT := math.Inf(1)
 	var stay float64
 	for i := range n {

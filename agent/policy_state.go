@@ -28,6 +28,8 @@ type peerState struct {
 	// think, and its context no longer counts as live.
 	gap float64
 
+	scratch []float64 // pickCost's per-replica predictions
+
 	admission AdmissionConfig
 	parked    []*Wait
 	waits     uint64 // requests ever parked (metrics)
