@@ -36,6 +36,8 @@ type KernelPath struct {
 	slots  map[ReplicaKey]uint32
 	user   map[ReplicaKey]*byteCounters
 	peeked map[uint64]peekedHead // by client cookie
+	user1  *UserPath             // exchanges whose upstream cannot join (closed early)
+	userX  map[*Exchange]bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -50,7 +52,7 @@ var errKernelSlots = errors.New("l7: kernel datapath: more than 256 replicas")
 // background sweeper (the state stays the caller's).
 func NewKernelPath(st *maps.State) *KernelPath {
 	k := &KernelPath{st: st, slots: map[ReplicaKey]uint32{}, user: map[ReplicaKey]*byteCounters{},
-		peeked: map[uint64]peekedHead{}, stop: make(chan struct{}), done: make(chan struct{})}
+		peeked: map[uint64]peekedHead{}, user1: NewUserPath(), userX: map[*Exchange]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.sweep()
 	return k
 }
@@ -150,9 +152,66 @@ func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
 		return 0, err
 	}
 	if err := k.st.AddSocket(c.TCPConn, cookie, 0); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			// Only established sockets may join: this peer already
+			// sent its FIN (a replica that answered and closed).
+			return 0, errNotJoinable
+		}
 		return 0, fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
 	}
 	return cookie, nil
+}
+
+var errNotJoinable = errors.New("l7: kernel datapath: socket no longer established")
+
+// relayRequestUser moves a request body in userspace for an exchange the
+// kernel cannot carry; a client in the SOCKHASH is read without splice.
+func (k *KernelPath) relayRequestUser(x *Exchange, uc *byteCounters) error {
+	cc, err := maps.Cookie(x.Client.TCPConn)
+	if err != nil {
+		return err
+	}
+	if !k.st.SocketInMap(cc) {
+		return k.user1.RelayRequestBody(x)
+	}
+	var n int64
+	switch x.Request.Framing {
+	case FramingLength:
+		var fr = maps.LengthBody(uint64(x.Request.ContentLength))
+		n, err = relayPlain(x.Upstream, x.Client, &fr, x.Idle)
+	case FramingChunked:
+		n, err = relayChunked(x.Upstream, x.Client, x.Idle)
+	}
+	x.BodyBytesUp += n
+	uc.up.Add(uint64(n))
+	return err
+}
+
+// relayPlain forwards a body by framing fr with plain reads and writes.
+func relayPlain(dst, src *Conn, fr *maps.BodyFraming, idle time.Duration) (int64, error) {
+	var total int64
+	for {
+		if len(src.Pending) > 0 {
+			n := fr.Feed(src.Pending)
+			if n > 0 {
+				if _, err := dst.writeAll(idle, src.Pending[:n]); err != nil {
+					return total, err
+				}
+				total += int64(n)
+			}
+			src.Pending = src.Pending[n:]
+		}
+		if fr.Done() {
+			return total, nil
+		}
+		_ = src.SetReadDeadline(time.Now().Add(idle))
+		if err := src.fill(); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return total, err
+		}
+	}
 }
 
 // drainSynced reads what the verdict passed to the shim and is still
@@ -172,9 +231,10 @@ func (k *KernelPath) drainSynced(c *Conn, cookie uint64) ([]byte, uint64, error)
 			out = append(out, buf[:n]...)
 			continue
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return out, 0, err
 		}
+		// Empty, or the peer's FIN: whoever waits next sees the EOF.
 		return out, st.Seen, nil
 	}
 }
@@ -215,6 +275,12 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	// Both sockets join now: the upstream before its response head
 	// arrives, the client before the shim's client watch starts reading it.
 	ucookie, err := k.join(x.Upstream, slot)
+	if errors.Is(err, errNotJoinable) {
+		k.mu.Lock()
+		k.userX[x] = true
+		k.mu.Unlock()
+		return k.relayRequestUser(x, uc)
+	}
 	if err != nil {
 		return err
 	}
@@ -233,7 +299,7 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 			return k.carryRequestBody(x, ccookie, ucookie, slot, uc)
 		}
 	case FramingChunked:
-		n, err := relayUser(x.Upstream, x.Client, maps.ChunkedBody(), x.Idle)
+		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
 		return err
@@ -271,7 +337,7 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 	case length > 0:
 		return k.waitBody(x, cc, 1, length, w0, ends, uc)
 	case x.Request.Framing == FramingChunked:
-		n, err := relayUser(x.Upstream, x.Client, maps.ChunkedBody(), x.Idle)
+		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
 		return err
@@ -387,6 +453,10 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	var fr maps.BodyFraming
 	switch x.Response.Framing {
 	case FramingNone:
+		k.mu.Lock()
+		delete(k.userX, x)
+		k.mu.Unlock()
+		x.Response.Reusable = false
 		return nil
 	case FramingLength:
 		fr = maps.LengthBody(uint64(x.Response.ContentLength))
@@ -394,6 +464,13 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		fr = maps.ChunkedBody()
 	case FramingClose:
 		fr = maps.CloseBody()
+	}
+	k.mu.Lock()
+	user := k.userX[x]
+	delete(k.userX, x)
+	k.mu.Unlock()
+	if user {
+		return k.user1.RelayResponseBody(x)
 	}
 	// A socket that was in the SOCKHASH is not pooled: its next response
 	// would meet this one's verdict state.
@@ -412,16 +489,16 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	}
 	have := append(append([]byte(nil), x.Upstream.Pending...), q...)
 	x.Upstream.Pending = nil
-	var user uint64
+	var forwarded uint64
 	if len(have) > 0 {
 		n := fr.Feed(have)
 		if _, err := x.Client.writeAll(x.Idle, have[:n]); err != nil {
 			return err
 		}
-		user += uint64(n)
+		forwarded += uint64(n)
 		uc.down.Add(uint64(n))
 	}
-	x.BodyBytesDown += int64(user)
+	x.BodyBytesDown += int64(forwarded)
 	if fr.Done() {
 		return nil
 	}
@@ -528,37 +605,71 @@ func watchUpstream(c *net.TCPConn, out chan<- upRead, quit <-chan struct{}) {
 	}
 }
 
-// relayUser forwards a body whose framing the kernel does not carry
-// (chunked requests) from src to dst with plain reads and writes: a socket
-// in a sockmap must not be spliced (splice reads the TCP queue, which the
-// verdict empties). Bytes past the body stay in src.Pending.
-func relayUser(dst, src *Conn, fr maps.BodyFraming, idle time.Duration) (int64, error) {
+// relayChunked forwards a chunked request body, which the kernel does not
+// carry, from src to dst as copyChunked does, but with plain reads and
+// writes: a socket in a sockmap must not be spliced (splice reads the TCP
+// queue, which the verdict empties). Bytes past the body stay in
+// src.Pending.
+func relayChunked(dst, src *Conn, idle time.Duration) (int64, error) {
 	var total int64
-	buf := make([]byte, 64<<10)
 	for {
-		if len(src.Pending) > 0 {
-			n := fr.Feed(src.Pending)
-			if n > 0 {
-				if _, err := dst.writeAll(idle, src.Pending[:n]); err != nil {
+		_ = src.SetReadDeadline(time.Now().Add(idle))
+		line, err := src.readLine()
+		if err != nil {
+			return total, err
+		}
+		size, err := parseChunkSize(line)
+		if err != nil {
+			return total, err
+		}
+		out := append([]byte(nil), line...)
+		if size == 0 {
+			for {
+				t, err := src.readLine()
+				if err != nil {
 					return total, err
 				}
-				total += int64(n)
+				out = append(out, t...)
+				if len(t) > maxLine || len(out) > MaxHeadBytes {
+					return total, errBadChunk
+				}
+				if string(t) == "\r\n" {
+					break
+				}
 			}
-			src.Pending = src.Pending[n:]
+			n, err := dst.writeAll(idle, out)
+			return total + n, err
 		}
-		if fr.Done() {
-			return total, nil
+		for need := size + 2; need > 0; {
+			if len(src.Pending) == 0 {
+				if err := src.fill(); err != nil {
+					if errors.Is(err, io.EOF) {
+						err = io.ErrUnexpectedEOF
+					}
+					return total, err
+				}
+			}
+			k := min(int64(len(src.Pending)), need)
+			out = append(out, src.Pending[:k]...)
+			src.Pending = src.Pending[k:]
+			need -= k
+			if len(out) >= 64<<10 && need > 2 {
+				n, err := dst.writeAll(idle, out)
+				total += n
+				if err != nil {
+					return total, err
+				}
+				out = out[:0]
+			}
 		}
-		_ = src.SetReadDeadline(time.Now().Add(idle))
-		n, err := src.TCPConn.Read(buf)
-		if n > 0 {
-			src.Pending = append(src.Pending, buf[:n]...)
-			continue
+		if len(out) < 2 || out[len(out)-2] != '\r' || out[len(out)-1] != '\n' {
+			return total, errBadChunk
 		}
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+		n, err := dst.writeAll(idle, out)
+		total += n
+		if err != nil {
+			return total, err
 		}
-		return total, err
 	}
 }
 

@@ -93,3 +93,29 @@ func mustKernelPath(tb testing.TB) *KernelPath {
 	})
 	return k
 }
+
+// suiteDatapathEnv, when "kernel", makes every shim built with a nil
+// Datapath use one kernel datapath over state pinned at suiteDirEnv.
+const (
+	suiteDatapathEnv = "LMWARDEN_TEST_DATAPATH"
+	suiteDirEnv      = "LMWARDEN_TEST_PIN_DIR"
+)
+
+func init() {
+	if os.Getenv(suiteDatapathEnv) != "kernel" {
+		return
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		panic(err)
+	}
+	st, err := maps.Load(maps.Options{Dir: os.Getenv(suiteDirEnv)})
+	if err != nil {
+		panic(err)
+	}
+	k := NewKernelPath(st)
+	defaultDatapath = func() Datapath { return k }
+}

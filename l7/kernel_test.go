@@ -1,10 +1,16 @@
 package l7
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -96,4 +102,35 @@ func TestKernelPathClientAbortLeavesNoSocketInMap(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestShimSuiteOverKernelDatapath runs every other test of this package
+// again, in a network namespace of its own, with the kernel datapath as
+// the shims' default: the routing suite must pass with either datapath.
+// Skipped there: the two tests of upstream connection pooling (the kernel
+// datapath does not pool a connection that was in the SOCKHASH).
+func TestShimSuiteOverKernelDatapath(t *testing.T) {
+	requireBPF(t)
+	if os.Getenv(suiteDatapathEnv) != "" || os.Getenv(netnsEnv) != "" {
+		t.Skip("inside a suite run")
+	}
+	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("lmwarden-suite-%d", os.Getpid()))
+	os.RemoveAll(dir)
+	t.Cleanup(func() {
+		if err := maps.Unload(maps.Options{Dir: dir}); err != nil {
+			t.Error(err)
+		}
+	})
+	args := []string{"-test.run", "^Test", "-test.timeout", "5m", "-test.skip", "KernelPath|KernelDatapath|TestPooledConnection", "-test.count=1"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), suiteDatapathEnv+"=kernel", suiteDirEnv+"="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("shim suite over the kernel datapath: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }

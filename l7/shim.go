@@ -70,7 +70,7 @@ func (o *Options) setDefaults() {
 		o.Logger = slog.Default()
 	}
 	if o.Datapath == nil {
-		o.Datapath = NewUserPath()
+		o.Datapath = defaultDatapath() // l7/kernel_default.go
 	}
 	if o.Upstreams == nil {
 		o.Upstreams = NewUpstreams(o.ConnectTimeout, o.UpstreamIdleTimeout, o.MaxIdlePerReplica)
