@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/maps"
+)
+
+// loadKernelDatapath loads (or adopts) the pinned BPF state at
+// /sys/fs/bpf/lmwarden and returns the kernel datapath over it; closeFn
+// releases this process's handles (the state stays pinned).
+func loadKernelDatapath(cfg *agent.Config, log *slog.Logger) (l7.Datapath, func() error, error) {
+	st, err := maps.Load(maps.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF)", err)
+	}
+	how := "created"
+	if st.Reused {
+		how = "adopted"
+	}
+	log.Info("kernel datapath", "state", st.Dir(), "pinned", how)
+	k := l7.NewKernelPath(st)
+	return k, func() error { return kernelCloseDatapath(k) }, nil
+}
+
+// listenFrontend opens the listener a model's shim serves. With the kernel
+// datapath the shim listens on an ephemeral loopback port and sk_lookup
+// steers the frontend {address, port} to it, so vLLM may keep listening on
+// that port itself and answers again the moment the warden stops
+// (fail-open); a frontend address that is not local yet is added to lo
+// (and removed by `lmwarden unload`). Otherwise it listens on addr itself.
+func listenFrontend(dp l7.Datapath, addr string) (*net.TCPListener, error) {
+	k, ok := dp.(*l7.KernelPath)
+	if !ok {
+		return l7.Listen(addr)
+	}
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ap := ta.AddrPort()
+	if ap.Port() == 0 {
+		return l7.Listen(addr) // nothing to steer: an ephemeral frontend
+	}
+	if !ap.Addr().IsValid() {
+		ap = netip.AddrPortFrom(netip.IPv4Unspecified(), ap.Port())
+	}
+	local := "127.0.0.1:0"
+	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
+		local = "[::1]:0"
+	}
+	ln, err := l7.Listen(local)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.State().AddFrontend(ap, ln, true); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// datapathSessionSink mirrors every model's sessions into the pinned map
+// when the kernel datapath runs (agent.Options.Sink).
+func datapathSessionSink(dp l7.Datapath) func(agent.ModelConfig) agent.SessionSink {
+	k, ok := dp.(*l7.KernelPath)
+	if !ok {
+		return nil
+	}
+	return func(agent.ModelConfig) agent.SessionSink { return maps.SessionSink{S: k.State()} }
+}
+
+// kernelCloseDatapath releases the kernel state at shutdown. Everything
+// stays pinned: with the shims' listeners closed, sk_lookup fails open,
+// and a restarted warden adopts the state (sessions included).
+func kernelCloseDatapath(k *l7.KernelPath) error {
+	return errors.Join(k.Close(), k.State().Close())
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/maps"
+)
+
+// sessionsFromMaps reads the pinned sessions map directly (for
+// `lmwarden sessions --from-maps`): it works while the warden runs, and
+// after it stopped. The map holds no model name (the key is the keyed hash
+// of the session id), so Model is "-". Newest first, at most limit (0: all).
+func sessionsFromMaps(dir string, limit int) (agent.SessionsResponse, error) {
+	var out agent.SessionsResponse
+	err := maps.ReadSessions(dir, func(h uint64, v maps.Session) bool {
+		out.Sessions = append(out.Sessions, agent.SessionInfo{
+			Model: "-", Hash: fmt.Sprintf("%016x", h), Replica: int(v.Replica),
+			LastSeen: time.Unix(0, int64(v.LastSeenNs)),
+		})
+		return true
+	})
+	if err != nil {
+		return out, err
+	}
+	sort.Slice(out.Sessions, func(i, j int) bool { return out.Sessions[i].LastSeen.After(out.Sessions[j].LastSeen) })
+	if limit > 0 && len(out.Sessions) > limit {
+		out.Sessions = out.Sessions[:limit]
+	}
+	return out, nil
+}

@@ -1,0 +1,17 @@
+package maps
+
+import "time"
+
+// SessionSink mirrors a model's session table into the pinned sessions
+// map (it satisfies agent.SessionSink without importing agent: the data
+// flow is agent -> maps -> bpf). Errors are dropped: the map is a mirror
+// for inspection and restarts, never the source of a placement.
+type SessionSink struct{ S *State }
+
+// Upsert records hash on replica, seen now.
+func (k SessionSink) Upsert(hash uint64, replica int) {
+	k.S.PutSession(hash, uint32(replica), 0, time.Now())
+}
+
+// Delete forgets hash.
+func (k SessionSink) Delete(hash uint64) { k.S.DeleteSession(hash) }
