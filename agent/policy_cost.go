@@ -220,8 +220,9 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 		}
 	}
 	// vLLM's usage counts the blocks referenced by running requests, which
-	// hold the context the warden knows it sent (prompts in flight).
-	if s.KVUsage >= 0.3 && pr.inflightCtx > 0 {
+	// hold the context the warden knows it sent (prompts in flight) when
+	// none of them waits.
+	if s.KVUsage >= 0.3 && pr.inflightCtx > 0 && s.Waiting == 0 {
 		est := pr.inflightCtx / s.KVUsage
 		if pr.capLearned == 0 {
 			pr.capLearned = est

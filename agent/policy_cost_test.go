@@ -236,3 +236,19 @@ func BenchmarkPlaceCost100kSessions(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/sessions, "B/session")
 }
+
+func TestCostLearnsKVCapacityFromUsageWithoutCacheConfigInfo(t *testing.T) {
+	m := mustModel(t, func(mc *ModelConfig) { mc.Policy = PolicyCost })
+	now := costEpoch
+	for i := range m.Replicas() {
+		m.ObserveReplica(i, ReplicaMetrics{Healthy: true}, now)
+	}
+	p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(20_000), Now: now})
+	for range 50 { // 20k tokens in flight fill half of a 40k cache
+		now = now.Add(250 * time.Millisecond)
+		m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 1, KVUsage: 0.5}, now)
+	}
+	if got := m.capacity(p.Replica); math.Abs(got-40_000) > 1000 {
+		t.Fatalf("learned capacity %.0f tokens, want about 40000", got)
+	}
+}
