@@ -164,6 +164,21 @@ func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
 
 var errNotJoinable = errors.New("l7: kernel datapath: socket no longer established")
 
+// established reports whether c is in TCP_ESTABLISHED (a client in the
+// SOCKHASH already is, or was when it joined).
+func established(c *net.TCPConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	raw.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		ok = err == nil && info.State == unix.BPF_TCP_ESTABLISHED
+	})
+	return ok
+}
+
 // relayRequestUser moves a request body in userspace for an exchange the
 // kernel cannot carry; a client in the SOCKHASH is read without splice.
 func (k *KernelPath) relayRequestUser(x *Exchange, uc *byteCounters) error {
@@ -274,7 +289,13 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	}
 	// Both sockets join now: the upstream before its response head
 	// arrives, the client before the shim's client watch starts reading it.
-	ucookie, err := k.join(x.Upstream, slot)
+	// Only established sockets may join a sockmap: a client that already
+	// half-closed (sent its FIN with the request) is served in userspace.
+	var ucookie uint64
+	err = errNotJoinable
+	if cc, cerr := maps.Cookie(x.Client.TCPConn); cerr == nil && (k.st.SocketInMap(cc) || established(x.Client.TCPConn)) {
+		ucookie, err = k.join(x.Upstream, slot)
+	}
 	if errors.Is(err, errNotJoinable) {
 		k.mu.Lock()
 		k.userX[x] = true

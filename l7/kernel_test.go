@@ -134,3 +134,4 @@ func TestShimSuiteOverKernelDatapath(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
