@@ -77,11 +77,64 @@ func Load(opts Options) (*State, error) {
 	defer plock.unlock()
 
 	if _, err := os.Stat(dir); err == nil {
-		return adopt(dir, opts)
+		if _, err := os.Stat(filepath.Join(dir, pinVerdictLink)); err == nil {
+			return adopt(dir, opts)
+		}
+		// A directory without the last pin create writes: made empty by
+		// root for a warden that runs unprivileged (it may not write the
+		// parent to rename into place), or left by a crash mid-way.
+		// Build the state in place under the directory's lock; pinned
+		// maps already there (sessions) are reused.
+		return createInPlace(dir, opts)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	return create(dir, opts)
+}
+
+func createInPlace(dir string, opts Options) (_ *State, err error) {
+	s := &State{dir: dir}
+	if s.lock, err = lockDir(dir, false); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.loadObjects(dir); err != nil {
+		return nil, err
+	}
+	if err := s.attach(dir, opts); err != nil {
+		return nil, err
+	}
+	return s, chmodPins(dir)
+}
+
+// attach attaches both programs and pins their links into dir, the
+// verdict's last: its pin marks a complete state.
+func (s *State) attach(dir string, opts Options) error {
+	ns, err := os.Open(opts.netns())
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	s.dispatch, err = link.AttachNetNs(int(ns.Fd()), s.objs.LmwDispatch)
+	if err != nil {
+		return fmt.Errorf("%w: attach sk_lookup: %v", ErrUnsupported, err)
+	}
+	if err := s.dispatch.Pin(filepath.Join(dir, pinDispatchLink)); err != nil {
+		return err
+	}
+	s.verdict, err = link.AttachRawLink(link.RawLinkOptions{
+		Target:  s.objs.Socks.FD(),
+		Program: s.objs.LmwVerdict,
+		Attach:  ebpf.AttachSkSKBStreamVerdict,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: attach sk_skb verdict: %v", ErrUnsupported, err)
+	}
+	return s.verdict.Pin(filepath.Join(dir, pinVerdictLink))
 }
 
 func checkBPFFS(dir string) error {
@@ -128,27 +181,7 @@ func create(dir string, opts Options) (_ *State, err error) {
 	if err := s.loadObjects(tmp); err != nil {
 		return nil, err
 	}
-	ns, err := os.Open(opts.netns())
-	if err != nil {
-		return nil, err
-	}
-	defer ns.Close()
-	s.dispatch, err = link.AttachNetNs(int(ns.Fd()), s.objs.LmwDispatch)
-	if err != nil {
-		return nil, fmt.Errorf("%w: attach sk_lookup: %v", ErrUnsupported, err)
-	}
-	if err := s.dispatch.Pin(filepath.Join(tmp, pinDispatchLink)); err != nil {
-		return nil, err
-	}
-	s.verdict, err = link.AttachRawLink(link.RawLinkOptions{
-		Target:  s.objs.Socks.FD(),
-		Program: s.objs.LmwVerdict,
-		Attach:  ebpf.AttachSkSKBStreamVerdict,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: attach sk_skb verdict: %v", ErrUnsupported, err)
-	}
-	if err := s.verdict.Pin(filepath.Join(tmp, pinVerdictLink)); err != nil {
+	if err := s.attach(tmp, opts); err != nil {
 		return nil, err
 	}
 	if err := chmodPins(tmp); err != nil {

@@ -78,3 +78,26 @@ func TestSessionSurvivesWardenRestart(t *testing.T) {
 		t.Errorf("ReadSessions saw %d sessions, want 1", n)
 	}
 }
+
+func TestLoadFillsEmptyDirectoryPreparedByRoot(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	s := mustState(t) // a unique dir name, unloaded at the end
+	dir := s.Dir()
+	s.Close()
+	if err := Unload(Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil { // what the unit's ExecStartPre does
+		t.Fatal(err)
+	}
+	s2, err := Load(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := os.Stat(dir + "/" + pinVerdictLink); err != nil {
+		t.Fatalf("state not built in place: %v", err)
+	}
+}
