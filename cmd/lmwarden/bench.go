@@ -48,6 +48,7 @@ type benchFlags struct {
 	trace                                bool
 	admission                            string
 	admissionTimeout                     time.Duration
+	admissionFill                        float64
 	workload                             string
 	pollInterval                         time.Duration
 }
@@ -74,6 +75,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
 	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
+	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual, --admission: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
 	fs.StringVar(&f.workload, "workload", "agent", "--virtual: session sizes: agent (WORKLOAD.md, ~12k tokens) or big (~58k tokens, for rtx5090-gemma3-27b-int4)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
@@ -165,7 +167,7 @@ func runBench(args []string) error {
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
 			PollInterval: f.pollInterval,
 			Trace:        traceFor(f.trace, &tr),
-			Admission:    admissionFor(f.admission, f.admissionTimeout),
+			Admission:    admissionFor(f.admission, f.admissionTimeout, f.admissionFill),
 			Workload:     shape,
 		})
 		if err != nil {

@@ -17,6 +17,6 @@ func traceFor(on bool, tr *bench.TraceRecorder) bench.Tracer {
 }
 
 // admissionFor builds --admission's settings ("" keeps the model's).
-func admissionFor(mode string, timeout time.Duration) agent.AdmissionConfig {
-	return agent.AdmissionConfig{Mode: agent.AdmissionMode(mode), Timeout: timeout}
+func admissionFor(mode string, timeout time.Duration, fill float64) agent.AdmissionConfig {
+	return agent.AdmissionConfig{Mode: agent.AdmissionMode(mode), Timeout: timeout, Fill: fill}
 }
