@@ -32,7 +32,7 @@ import (
 type KernelPath struct {
 	st *maps.State
 
-	mu    sync.Mutex
+	mu     sync.Mutex
 	slots  map[ReplicaKey]uint32
 	user   map[ReplicaKey]*byteCounters
 	peeked map[uint64]peekedHead // by client cookie

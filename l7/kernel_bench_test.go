@@ -3,10 +3,12 @@ package l7
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,9 +40,16 @@ func BenchmarkDatapaths(b *testing.B) {
 	k := mustKernelPath(b)
 	_, kernelAddr := mustShim(b, m, Options{Datapath: k})
 	_, userAddr := mustShim(b, m, Options{Datapath: NewUserPath()})
-	for _, c := range []struct{ name, addr string }{
+	paths := []struct{ name, addr string }{
 		{"direct", up}, {"kernel", kernelAddr}, {"user", userAddr},
-	} {
+	}
+	if a := startNginx(b, up); a != "" {
+		paths = append(paths, struct{ name, addr string }{"nginx", a})
+	}
+	if a := startHAProxy(b, up); a != "" {
+		paths = append(paths, struct{ name, addr string }{"haproxy", a})
+	}
+	for _, c := range paths {
 		b.Run(c.name, func(b *testing.B) {
 			ttfb := make([]time.Duration, 0, b.N)
 			var moved int64
@@ -141,3 +150,84 @@ func procStatBusy() float64 {
 	return busy / 100 // USER_HZ
 }
 
+// freePort returns a loopback address nothing listens on.
+func freePort(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startPeer runs a peer proxy in the foreground until the benchmark ends
+// and waits until it accepts connections; "" if the binary is missing.
+func startPeer(tb testing.TB, bin, addr string, args ...string) string {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		tb.Logf("%s not installed: skipped", bin)
+		return ""
+	}
+	cmd := exec.Command(path, args...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for range 200 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("%s did not start on %s", bin, addr)
+	return ""
+}
+
+// startNginx: Debian's nginx, one worker, hashing the session header.
+func startNginx(tb testing.TB, up string) string {
+	dir := tb.TempDir()
+	addr := freePort(tb)
+	conf := fmt.Sprintf(`worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fcgi; uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
+  upstream vllm { hash $http_x_claude_code_session_id consistent; server %[2]s; keepalive 32; }
+  server {
+    listen %[3]s;
+    location / {
+      proxy_pass http://vllm; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off; proxy_request_buffering off;
+    }
+  }
+}
+`, dir, up, addr)
+	os.WriteFile(dir+"/nginx.conf", []byte(conf), 0o644)
+	return startPeer(tb, "nginx", addr, "-c", dir+"/nginx.conf", "-g", "daemon off;")
+}
+
+// startHAProxy: Debian's HAProxy, one thread, balancing on the session header.
+func startHAProxy(tb testing.TB, up string) string {
+	dir := tb.TempDir()
+	addr := freePort(tb)
+	conf := fmt.Sprintf(`global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend f
+  bind %s
+  default_backend b
+backend b
+  balance hdr(X-Claude-Code-Session-Id)
+  server s1 %s
+`, addr, up)
+	os.WriteFile(dir+"/haproxy.cfg", []byte(conf), 0o644)
+	return startPeer(tb, "haproxy", addr, "-f", dir+"/haproxy.cfg", "-db")
+}

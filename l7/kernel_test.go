@@ -134,4 +134,3 @@ func TestShimSuiteOverKernelDatapath(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
-
