@@ -87,7 +87,7 @@ func TestCostLearnsThePrefillRateFromTheReplicaCounters(t *testing.T) {
 		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000,
 			PromptTokens: prompt, TTFTSum: ttft, TTFTCount: count}, now)
 	}
-	if got := m.prefillRate(0); math.Abs(got-4000) > 200 {
+	if got := m.CostEstimates().PrefillRate; math.Abs(got-4000) > 200 {
 		t.Fatalf("learned prefill rate %.0f tokens/s, want about 4000", got)
 	}
 }

@@ -224,3 +224,24 @@ func (m *Model) pickCostAnywhere(s *peerSession, prompt float64, now int64) int 
 	m.peer.admission.Mode = mode
 	return i
 }
+
+// CostEstimates are what the cost model has learned, for the admin API and
+// for checking it against a known replica (the simulator's profile).
+type CostEstimates struct {
+	PrefillRate  float64   // tokens/s (0: nothing learned yet)
+	MeanUncached float64   // uncached prompt tokens a request
+	Capacity     []float64 // KV tokens per replica, as placement uses it
+	Live         []float64 // live context per replica (admission)
+}
+
+// CostEstimates returns the cost model's learned numbers.
+func (m *Model) CostEstimates() CostEstimates {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := CostEstimates{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached}
+	for i := range m.reps {
+		e.Capacity = append(e.Capacity, m.capacity(i))
+		e.Live = append(e.Live, m.peer.reps[i].live)
+	}
+	return e
+}
