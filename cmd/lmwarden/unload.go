@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 
@@ -17,6 +18,9 @@ func runUnload(args []string) error {
 	fs := flag.NewFlagSet("unload", flag.ContinueOnError)
 	dir := fs.String("dir", maps.DefaultDir, "pinned state directory")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() > 0 {
