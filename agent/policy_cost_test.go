@@ -252,3 +252,21 @@ func TestCostLearnsKVCapacityFromUsageWithoutCacheConfigInfo(t *testing.T) {
 		t.Fatalf("learned capacity %.0f tokens, want about 40000", got)
 	}
 }
+
+func TestAdmitIsPlaceForOtherPoliciesAndModes(t *testing.T) {
+	for _, tc := range []struct {
+		policy Policy
+		mode   AdmissionMode
+	}{{PolicySticky, AdmissionQueue}, {PolicyCost, AdmissionSpill}, {PolicyCost, AdmissionOff}} {
+		m := mustCostModel(t, tc.policy, 20_000)
+		if err := m.SetAdmission(AdmissionConfig{Mode: tc.mode}); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 12 { // three times what fits: nothing may park
+			p, w, err := m.Admit(Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch})
+			if err != nil || w != nil || p.Replica < 0 {
+				t.Fatalf("%s/%s session %d: replica %d parked=%v err=%v, want placed", tc.policy, tc.mode, k, p.Replica, w != nil, err)
+			}
+		}
+	}
+}
