@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/bench"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -130,10 +131,21 @@ type demoFront struct {
 	frontend, admin, datapath string
 	warden                    *agent.Warden
 	shim                      *l7.Shim
+	closeDatapath             func() error
 }
 
+// Close stops the warden, then releases the datapath; kernel state that
+// the demo itself created is unloaded, so a demo leaves nothing pinned
+// (state a running warden already had is left alone).
 func (d *demoFront) Close() error {
-	return errors.Join(d.shim.Close(), d.warden.Close())
+	err := errors.Join(d.shim.Close(), d.warden.Close())
+	k, kernel := d.shim.Datapath().(*l7.KernelPath)
+	created := kernel && !k.State().Reused
+	err = errors.Join(err, d.closeDatapath())
+	if created {
+		err = errors.Join(err, maps.Unload(maps.Options{}))
+	}
+	return err
 }
 
 // startDemoWarden runs the same parts `lmwarden serve` runs (agent.Warden
@@ -145,12 +157,13 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	// when privileged and built in, userspace otherwise; what it logs about
 	// the choice becomes the demo's "datapath" line.
 	var why reasonHandler
-	dp, err := chooseDatapath("auto", slog.New(&why))
+	dp, closeDatapath, err := selectDatapath(&agent.Config{Datapath: "auto"}, slog.New(&why))
 	if err != nil {
 		return nil, err
 	}
 	ln, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
+		closeDatapath()
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
 	cfg := agent.DefaultConfig()
@@ -165,17 +178,19 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	wd, err := agent.NewWithOptions(cfg, agent.Options{Logger: quiet})
 	if err != nil {
 		ln.Close()
+		closeDatapath()
 		return nil, fmt.Errorf("warden: %w", err)
 	}
 	if err := wd.Start(ctx); err != nil {
 		ln.Close()
+		closeDatapath()
 		return nil, fmt.Errorf("warden: %w", err)
 	}
 	shim := l7.NewShim(wd.Models()[0], l7.Options{Datapath: dp, Logger: quiet, ResponseTimeout: 300 * time.Second})
 	go shim.Serve(ln)
 	return &demoFront{
 		frontend: ln.Addr().String(), admin: wd.AdminAddr(), warden: wd, shim: shim,
-		datapath: dp.Name() + why.String(),
+		closeDatapath: closeDatapath, datapath: dp.Name() + why.String(),
 	}, nil
 }
 
@@ -190,7 +205,7 @@ func joinURLs(urls []string) string {
 	return s
 }
 
-// reasonHandler keeps what chooseDatapath logs, to print it as one line.
+// reasonHandler keeps what selectDatapath logs, to print it as one line.
 type reasonHandler struct{ lines []string }
 
 func (h *reasonHandler) Enabled(context.Context, slog.Level) bool { return true }

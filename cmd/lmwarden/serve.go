@@ -79,7 +79,7 @@ func runServe(args []string) error {
 		}
 	}()
 
-	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log})
+	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log, Sink: datapathSessionSink(dp)})
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runServe(args []string) error {
 		wg.Wait()
 	}
 	for _, m := range w.Models() {
-		ln, err := l7.Listen(m.Frontend())
+		ln, err := listenFrontend(dp, m.Frontend())
 		if err != nil {
 			closeShims()
 			return fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
@@ -117,6 +117,9 @@ func runServe(args []string) error {
 			"shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())
 	}
 	w.Registry().MustRegister(l7.NewCollector(shims...))
+	if k, ok := dp.(*l7.KernelPath); ok {
+		w.Registry().MustRegister(k)
+	}
 	if err := w.Start(ctx); err != nil {
 		closeShims()
 		return err
@@ -167,13 +170,6 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// chooseDatapath is selectDatapath for callers without a config (lmwarden
-// demo): what it loads stays loaded until the process exits.
-func chooseDatapath(mode string, log *slog.Logger) (l7.Datapath, error) {
-	dp, _, err := selectDatapath(&agent.Config{Datapath: mode}, log)
-	return dp, err
 }
 
 // selectDatapath resolves --datapath: user; kernel (an error when it is

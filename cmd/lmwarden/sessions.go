@@ -24,10 +24,11 @@ func init() {
 // the admin API (the pinned BPF map, say) adds its flag here and fills the
 // same rows.
 type sessionsFlags struct {
-	admin  string
-	model  string
-	limit  int
-	asJSON bool
+	admin    string
+	model    string
+	limit    int
+	asJSON   bool
+	fromMaps bool
 }
 
 func runSessions(args []string, out io.Writer) error {
@@ -37,6 +38,7 @@ func runSessions(args []string, out io.Writer) error {
 	fs.StringVar(&f.model, "model", "", "list only this model's sessions")
 	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")
+	fs.BoolVar(&f.fromMaps, "from-maps", false, "read the pinned BPF map /sys/fs/bpf/lmwarden/sessions directly, without the admin API (no model names)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -46,7 +48,13 @@ func runSessions(args []string, out io.Writer) error {
 	if f.limit < 0 {
 		return fmt.Errorf("%w: --limit must be >= 0", errUsage)
 	}
-	resp, err := sessionsFromAdmin(f)
+	var resp agent.SessionsResponse
+	var err error
+	if f.fromMaps {
+		resp, err = sessionsFromMaps("", f.limit)
+	} else {
+		resp, err = sessionsFromAdmin(f)
+	}
 	if err != nil {
 		return err
 	}
