@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
@@ -67,13 +68,58 @@ func listenFrontend(dp l7.Datapath, addr string) (*net.TCPListener, error) {
 }
 
 // datapathSessionSink mirrors every model's sessions into the pinned map
-// when the kernel datapath runs (agent.Options.Sink).
-func datapathSessionSink(dp l7.Datapath) func(agent.ModelConfig) agent.SessionSink {
+// when the kernel datapath runs (agent.Options.Sink); each entry carries
+// its model's index in the config.
+func datapathSessionSink(dp l7.Datapath, cfg *agent.Config) func(agent.ModelConfig) agent.SessionSink {
 	k, ok := dp.(*l7.KernelPath)
 	if !ok {
 		return nil
 	}
-	return func(agent.ModelConfig) agent.SessionSink { return maps.SessionSink{S: k.State()} }
+	return func(mc agent.ModelConfig) agent.SessionSink {
+		for i := range cfg.Models {
+			if cfg.Models[i].Name == mc.Name {
+				return maps.SessionSink{S: k.State(), Model: uint16(i)}
+			}
+		}
+		return maps.SessionSink{S: k.State()}
+	}
+}
+
+// kernelHashKey makes the session hash survive a restart: without a
+// configured hash_key, the key is the one kept in the pinned state (made
+// the first time), so the sessions map's keys stay valid for the next
+// warden. A configured key is used as is.
+func kernelHashKey(dp l7.Datapath, cfg *agent.Config) error {
+	k, ok := dp.(*l7.KernelPath)
+	if !ok || cfg.HashKey != nil {
+		return nil
+	}
+	key, err := k.State().HashKey()
+	if err != nil {
+		return fmt.Errorf("session hash key: %w", err)
+	}
+	cfg.HashKey = key
+	return nil
+}
+
+// restoreSessions puts the sessions of a previous warden, read from the
+// pinned map, back into the models, so each conversation returns to the
+// replica that holds its cache. It returns how many were restored.
+func restoreSessions(dp l7.Datapath, w *agent.Warden, now time.Time) (int, error) {
+	k, ok := dp.(*l7.KernelPath)
+	if !ok || !k.State().Reused {
+		return 0, nil
+	}
+	models := w.Models()
+	n := 0
+	err := k.State().Sessions(func(h uint64, v maps.Session) bool {
+		i := int(v.Flags >> maps.SessionModelShift)
+		if i < len(models) && models[i].RestoreSession(h, int(v.Replica), time.Unix(0, int64(v.LastSeenNs)), now) {
+			n++
+		}
+		return true
+	})
+	return n, err
 }
 
 // kernelCloseDatapath releases the kernel state at shutdown. Everything

@@ -79,9 +79,17 @@ func runServe(args []string) error {
 		}
 	}()
 
-	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log, Sink: datapathSessionSink(dp)})
+	if err := kernelHashKey(dp, cfg); err != nil {
+		return err
+	}
+	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log, Sink: datapathSessionSink(dp, cfg)})
 	if err != nil {
 		return err
+	}
+	if n, err := restoreSessions(dp, w, time.Now()); err != nil {
+		log.Warn("sessions of the previous warden not restored", "err", err)
+	} else if n > 0 {
+		log.Info("sessions restored from the pinned map", "sessions", n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
