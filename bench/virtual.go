@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -143,7 +144,13 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 8100+i))
 	}
 	mc.VLLMLBStats = cfg.LBStats.String()
-	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed})
+	// The session-hash key comes from the seed too, so that `hash` (and
+	// every table ordered by hash) places the same sessions alike run after run.
+	var key [16]byte
+	binary.LittleEndian.PutUint64(key[:8], cfg.Seed)
+	binary.LittleEndian.PutUint64(key[8:], 0x6c6d7761726465e6)
+	hasher := agent.NewSessionHasher(key[:])
+	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
