@@ -77,6 +77,8 @@ type ModelConfig struct {
 	Policy         Policy
 	// VLLMLBStats is the stats mode of the vllm-lb emulation: fresh, stale, none.
 	VLLMLBStats string
+	// Admission is policy cost's cache-capacity admission (agent/admission.go).
+	Admission AdmissionConfig
 }
 
 // OneEndpoint reports whether the model uses deployment shape 2.
@@ -146,6 +148,16 @@ type rawModel struct {
 	SessionTTL     time.Duration   `yaml:"session_ttl"`
 	Policy         string          `yaml:"policy"`
 	VLLMLBStats    string          `yaml:"vllm_lb_stats"`
+	Admission      *rawAdmission   `yaml:"admission"`
+}
+
+// rawAdmission is a model's `admission:` block; absent fields keep their
+// defaults (DefaultAdmission).
+type rawAdmission struct {
+	Mode     string        `yaml:"mode"`
+	QueueMax int           `yaml:"queue_max"`
+	Timeout  time.Duration `yaml:"timeout"`
+	Fill     float64       `yaml:"fill"`
 }
 
 // DefaultConfig is the configuration of `lmwarden serve` without a file: one
@@ -166,6 +178,7 @@ func defaultModel(name string) ModelConfig {
 		SessionTTL:     DefaultSessionTTL,
 		Policy:         DefaultPolicy,
 		VLLMLBStats:    DefaultVLLMLBStatsMode,
+		Admission:      DefaultAdmission,
 	}
 }
 
@@ -259,6 +272,20 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		if rm.VLLMLBStats != "" {
 			mc.VLLMLBStats = rm.VLLMLBStats
+		}
+		if a := rm.Admission; a != nil {
+			if a.Mode != "" {
+				mc.Admission.Mode = AdmissionMode(a.Mode)
+			}
+			if a.QueueMax != 0 {
+				mc.Admission.QueueMax = a.QueueMax
+			}
+			if a.Timeout != 0 {
+				mc.Admission.Timeout = a.Timeout
+			}
+			if a.Fill != 0 {
+				mc.Admission.Fill = a.Fill
+			}
 		}
 		c.Models = append(c.Models, mc)
 	}
@@ -419,6 +446,19 @@ func (mc *ModelConfig) validate(at string) error {
 	case "fresh", "stale", "none":
 	default:
 		return bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
+	}
+	a := mc.Admission
+	if _, err := ParseAdmissionMode(string(a.Mode)); err != nil {
+		return bad("admission.mode", "%q: want off, spill or queue", a.Mode)
+	}
+	if a.QueueMax < 0 {
+		return bad("admission.queue_max", "must not be negative, got %d", a.QueueMax)
+	}
+	if a.Timeout < 0 {
+		return bad("admission.timeout", "must not be negative, got %v", a.Timeout)
+	}
+	if a.Fill < 0 || a.Fill > 4 {
+		return bad("admission.fill", "want a share of the KV capacity in (0, 4], got %v", a.Fill)
 	}
 	return nil
 }

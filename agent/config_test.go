@@ -76,6 +76,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"poll_interval: 0s\nunhealthy_after: -1\nmodels:\n- name: a\n" + good, "unhealthy_after: "},
 		{"hash_key: abc\nmodels:\n- name: a\n" + good, "hash_key: "},
 		{"models:\n- name: a\n" + good + "  colour: blue\n", "field colour not found"},
+		{"models:\n- name: a\n" + good + "  admission: {mode: park}\n", "models[0].admission.mode: "},
+		{"models:\n- name: a\n" + good + "  admission: {fill: 9}\n", "models[0].admission.fill: "},
+		{"models:\n- name: a\n" + good + "  admission: {timeout: -1s}\n", "models[0].admission.timeout: "},
 		{"pollinterval: 1s\nmodels:\n- name: a\n" + good, "field pollinterval not found"},
 	}
 	for _, tc := range cases {
@@ -107,5 +110,20 @@ func TestConfigFlagsOverrideTheFile(t *testing.T) {
 	}
 	if err := c.ApplyFlags("", "", "", []string{"nope"}); err == nil || !strings.Contains(err.Error(), "models[0].replicas[0]") {
 		t.Errorf("bad --replica: %v", err)
+	}
+}
+
+func TestConfigAdmissionReachesTheModel(t *testing.T) {
+	c, err := ParseConfig([]byte("models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001]\n  policy: cost\n  admission: {mode: queue, fill: 1.5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(c.Models[0], ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Admission()
+	if got.Mode != AdmissionQueue || got.Fill != 1.5 || got.QueueMax != DefaultAdmission.QueueMax || got.Timeout != DefaultAdmission.Timeout {
+		t.Fatalf("admission %+v: want queue, fill 1.5, other fields default", got)
 	}
 }

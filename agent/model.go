@@ -220,6 +220,11 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	m.eligible = func(i int) bool { return m.reps[i].healthy }
 	m.ring = buildRing(m.reps)
 	m.peer = newPeerState(n)
+	if mc.Admission.Mode != "" {
+		if err := m.SetAdmission(mc.Admission); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
 }
 
