@@ -63,6 +63,12 @@ var (
 	descPlacementErrors = prometheus.NewDesc("lmwarden_placement_errors_total",
 		"Placement decisions that failed, by reason (no_healthy_replica, retry_failed).",
 		[]string{"model", "reason"}, nil)
+	descAdmissionParked = prometheus.NewDesc("lmwarden_admission_parked",
+		"Requests waiting at the warden for room in a replica's KV cache now (policy cost, admission queue).",
+		[]string{"model"}, nil)
+	descAdmissionEvents = prometheus.NewDesc("lmwarden_admission_total",
+		"Admission outcomes: parked (waited at the warden), rejected (queue full: 503), timed_out (placed without room after the timeout).",
+		[]string{"model", "outcome"}, nil)
 	descRetries = prometheus.NewDesc("lmwarden_retries_total",
 		"Requests moved away from this replica after a failed connect.",
 		[]string{"model", "replica"}, nil)
@@ -96,7 +102,7 @@ var allDescs = []*prometheus.Desc{
 	descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
 	descReplicaSessions, descReplicaActive, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
 	descUnaffined, descStayed, descStickyShare, descAffinity, descSpillThreshold,
-	descPlacementErrors, descRetries, descReplicaInfo, descHealthy, descPollFailures,
+	descPlacementErrors, descAdmissionParked, descAdmissionEvents, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
 }
 
@@ -143,6 +149,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSpillThreshold, float64(s.Spill), mn, strconv.FormatBool(s.SpillAuto))
 		counter(descPlacementErrors, float64(s.NoHealthy), mn, "no_healthy_replica")
 		counter(descPlacementErrors, float64(s.RetryFailed), mn, "retry_failed")
+		as := m.AdmissionStats()
+		gauge(descAdmissionParked, float64(as.Parked), mn)
+		counter(descAdmissionEvents, float64(as.Waits), mn, "parked")
+		counter(descAdmissionEvents, float64(as.Rejected), mn, "rejected")
+		counter(descAdmissionEvents, float64(as.TimedOut), mn, "timed_out")
 		for _, r := range s.Replicas {
 			ri := strconv.Itoa(r.Index)
 			for k := range numKinds {
