@@ -114,7 +114,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	fams, err := parseMetrics(resp.Body, resp.Header)
+	fams, err := ParseMetrics(resp.Body, resp.Header)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,12 +68,13 @@ func scrapeMetrics(ctx context.Context, c *http.Client, base string) (map[string
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s/metrics: %s", ErrScrape, base, resp.Status)
 	}
-	return parseMetrics(io.LimitReader(resp.Body, maxScrapeBytes), resp.Header)
+	return ParseMetrics(io.LimitReader(resp.Body, maxScrapeBytes), resp.Header)
 }
 
-// parseMetrics decodes an exposition in the format its header names; an
-// unknown or missing Content-Type is read as the classic text format.
-func parseMetrics(r io.Reader, h http.Header) (map[string]*dto.MetricFamily, error) {
+// ParseMetrics decodes a Prometheus exposition with expfmt in the format
+// its header names; an unknown or missing Content-Type is read as the
+// classic text format. The bench reads replicas' /metrics with it too.
+func ParseMetrics(r io.Reader, h http.Header) (map[string]*dto.MetricFamily, error) {
 	format := expfmt.ResponseFormat(h)
 	if format.FormatType() == expfmt.TypeUnknown {
 		format = expfmt.NewFormat(expfmt.TypeTextPlain)

@@ -53,7 +53,7 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="qwen"} 4.0
 
 func TestScrapeReadsOldMetricNames(t *testing.T) {
 	h := http.Header{"Content-Type": {"text/plain; version=0.0.4; charset=utf-8"}}
-	fams, err := parseMetrics(strings.NewReader(oldGenerationMetrics), h)
+	fams, err := ParseMetrics(strings.NewReader(oldGenerationMetrics), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestScrapeReadsOldMetricNames(t *testing.T) {
 }
 
 func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
-	fams, err := parseMetrics(strings.NewReader(perEngineMetrics), http.Header{}) // no Content-Type: text
+	fams, err := ParseMetrics(strings.NewReader(perEngineMetrics), http.Header{}) // no Content-Type: text
 	if err != nil {
 		t.Fatal(err)
 	}

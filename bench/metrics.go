@@ -10,7 +10,8 @@ import (
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
+
+	"github.com/lmwarden/lmwarden/agent"
 )
 
 // vLLM's metric names, newest generation first. prometheus_client (Python)
@@ -52,21 +53,9 @@ func (s metricsSource) scrape(ctx context.Context, c *http.Client) (map[string]*
 // parseReplicaMetrics decodes an exposition with expfmt in the format its
 // header names (classic text when unknown).
 func parseReplicaMetrics(r io.Reader, h http.Header) (map[string]*replicaSample, error) {
-	format := expfmt.ResponseFormat(h)
-	if format.FormatType() == expfmt.TypeUnknown {
-		format = expfmt.NewFormat(expfmt.TypeTextPlain)
-	}
-	dec := expfmt.NewDecoder(r, format)
-	fams := map[string]*dto.MetricFamily{}
-	for {
-		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, err
-		}
-		fams[mf.GetName()] = &mf
+	fams, err := agent.ParseMetrics(r, h)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]*replicaSample{}
 	each := func(names []string, add func(s *replicaSample, v float64)) {
