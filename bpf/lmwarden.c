@@ -19,6 +19,19 @@
 
 char _license[] SEC("license") = "Dual BSD/GPL";
 
+/* Kernel types read through BTF (CO-RE against the running kernel): the
+ * TCP sequence number of a segment and the socket's read position, so the
+ * verdict can tell the bytes of a segment userspace already read. */
+struct sk_buff {
+	char cb[48];
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u32 copied_seq;
+} __attribute__((preserve_access_index));
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LMW_MAX_FRONTENDS);
@@ -371,6 +384,35 @@ int lmw_verdict(struct __sk_buff *skb)
 		return SK_PASS; /* not armed by the shim: the shim reads it */
 	replica = ctl->replica;
 	rs = bpf_map_lookup_elem(&stats, &replica);
+
+	/* A segment userspace read part of before the socket joined is
+	 * verdicted again from its start (tcp_read_skb ignores the read
+	 * offset). Drop that part: the shim has it. Trimming exactly the read
+	 * part also keeps the socket's read position (copied_seq) right, so
+	 * the socket reads normally again once it leaves the SOCKHASH. */
+	{
+		struct sk_buff *k = bpf_cast_to_kern_ctx(skb);
+		struct bpf_sock *bsk = skb->sk;
+		struct tcp_sock *tp;
+		__u32 seq = 0;
+		__s32 done;
+
+		if (bsk && len > 0) { /* never a bare FIN */
+			tp = bpf_skc_to_tcp_sock(bsk);
+			bpf_probe_read_kernel(&seq, sizeof(seq), &k->cb[0]);
+			if (tp) {
+				done = (__s32)(tp->copied_seq - seq);
+				if (done > 0) {
+					if ((__u32)done >= len ||
+					    bpf_skb_adjust_room(skb, -done, 0, 0)) {
+						st->flags |= SF_BROKEN;
+						return SK_DROP;
+					}
+					len -= done;
+				}
+			}
+		}
+	}
 	o = st->seen;
 	st->seen = o + len;
 
@@ -464,6 +506,14 @@ int lmw_verdict(struct __sk_buff *skb)
 			st->done_gen = st->gen;
 			if (rs)
 				rs->responses++;
+			if (ctl->flags & CTL_TAIL_PASS) {
+				/* done_gen is set before the segment is queued, so
+				 * the shim knows what it reads is this tail */
+				ev.bytes = st->redirected;
+				ev.how |= END_TAIL;
+				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
+				return pass(st, rs, len);
+			}
 			bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
 		}
 	}

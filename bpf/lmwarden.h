@@ -60,6 +60,12 @@ enum sock_mode {
 };
 
 #define CTL_NO_BODY 1 /* the request was HEAD: the response has no body */
+/* RESPONSE: pass the segment holding the response's last byte to the shim
+ * instead of carrying it. The client cannot send its next request before
+ * it has that byte, so the shim can take the client out of the SOCKHASH
+ * first, safely; the next head then arrives in a plain socket, is peeked,
+ * and its body is carried like a first request's (docs/kernel.md). */
+#define CTL_TAIL_PASS 2
 
 struct sock_ctl {
 	__u64 peer;     /* cookie of the socket redirected bytes go to */
@@ -123,6 +129,8 @@ struct replica_stats {
  * request body the kernel carried to its end). */
 #define END_FRAMED 1 /* response: Content-Length or chunked end found */
 #define END_BODY 2   /* request: the last body byte was carried (cookie = client) */
+#define END_TAIL 4   /* with END_FRAMED: the last segment was passed (CTL_TAIL_PASS);
+		      * bytes counts only the carried ones before it */
 
 struct response_end {
 	__u64 cookie; /* upstream socket cookie */

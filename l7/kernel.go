@@ -159,6 +159,11 @@ func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
 		}
 		return 0, fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
 	}
+	// Bytes that arrived since the drain: verdicted now, not inside a
+	// later read (see maps.VerdictQueued).
+	if err := maps.VerdictQueued(c.TCPConn); err != nil {
+		return 0, err
+	}
 	return cookie, nil
 }
 
@@ -332,6 +337,31 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 // the whole stream is still in the socket, so the verdict drops the head
 // bytes and carries the body after them, from the first byte on.
 func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, size uint64, uc *byteCounters) error {
+	// The head is read now (it was only peeked): the verdict then sees the
+	// segment that holds its end again from its start and trims the part
+	// read (by the socket's read position), which keeps that position
+	// right, so the client can leave the SOCKHASH after its response and
+	// be read normally again (finishTail). A head longer than one trim
+	// (bpf_skb_adjust_room moves at most 4095 bytes) takes the drained path.
+	if err := readExactly(x.Client.TCPConn, int(size), x.Idle); err != nil {
+		return err
+	}
+	if size > maxTrim {
+		ccookie, err := k.join(x.Client, slot)
+		if err != nil {
+			return err
+		}
+		if x.Request.Framing == FramingLength && x.Request.ContentLength > 0 {
+			return k.carryRequestBody(x, ccookie, ucookie, slot, uc)
+		}
+		if x.Request.Framing == FramingChunked {
+			n, err := relayChunked(x.Upstream, x.Client, x.Idle)
+			x.BodyBytesUp += n
+			uc.up.Add(uint64(n))
+			return err
+		}
+		return nil
+	}
 	var length uint64
 	if x.Request.Framing == FramingLength {
 		length = uint64(x.Request.ContentLength)
@@ -351,8 +381,11 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 	if err := k.st.Arm(cc, ctl); err != nil {
 		return err
 	}
-	if err := k.st.AddSocket(x.Client.TCPConn, cc, 0); err != nil {
+	if err := k.st.AddSocket(x.Client.TCPConn, cc, size); err != nil {
 		return fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
+	}
+	if err := maps.VerdictQueued(x.Client.TCPConn); err != nil {
+		return err
 	}
 	switch {
 	case length > 0:
@@ -364,6 +397,17 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 		return err
 	}
 	return nil
+}
+
+// maxTrim is the most bytes bpf_skb_adjust_room takes off a segment.
+const maxTrim = 4095
+
+// readExactly consumes n bytes the shim already peeked.
+func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
+	_ = c.SetReadDeadline(time.Now().Add(idle))
+	defer c.SetReadDeadline(time.Time{})
+	_, err := io.ReadFull(c, make([]byte, n))
+	return err
 }
 
 func (k *KernelPath) carryRequestBody(x *Exchange, cc, ucookie uint64, slot uint32, uc *byteCounters) error {
@@ -513,6 +557,13 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	var forwarded uint64
 	if len(have) > 0 {
 		n := fr.Feed(have)
+		if fr.Done() {
+			// The whole response is here: the client leaves the
+			// SOCKHASH before it can have it (see finishTail).
+			if err := k.detachClient(x, ccookie); err != nil {
+				return err
+			}
+		}
 		if _, err := x.Client.writeAll(x.Idle, have[:n]); err != nil {
 			return err
 		}
@@ -535,6 +586,16 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	gen := k.st.Ctl(ucookie).Gen + 1
 	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot}
 	fr.Ctl(&ctl)
+	// The segment with the response's last byte comes to the shim, which
+	// takes the client out of the SOCKHASH before writing it: the client's
+	// next head then waits in a plain socket, to be peeked and handed over
+	// like a first one (see finishTail). A close-delimited response has no
+	// last byte the verdict could find (and no next request).
+	tailMode := fr.Phase != maps.PhaseUntilClose
+	if tailMode {
+		ctl.Flags |= maps.CtlTailPass
+	}
+	var tail []byte
 	if err := k.st.Arm(ucookie, ctl); err != nil {
 		return err
 	}
@@ -558,14 +619,32 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	for {
 		select {
 		case ev := <-ends:
-			if ev.Gen == gen {
+			if ev.Gen == gen && ev.How&maps.EndTail == 0 {
 				return finish(ev.Bytes)
 			}
+			// END_TAIL: done when the passed tail has been read (below).
 		case r := <-reads:
+			if st, _ := k.st.SocketState(ucookie); len(r.data) > 0 && tailMode && st.Gen == gen && st.DoneGen == gen {
+				// The verdict found the end and passed its segment: the
+				// only bytes it passes from an armed socket.
+				tail = append(tail, r.data...)
+				if need := st.Seen - ctl.ArmAt - st.Redirected; uint64(len(tail)) >= need {
+					return k.finishTail(x, ccookie, w0, st.Redirected, tail, uc)
+				}
+				if r.err == nil {
+					continue
+				}
+				return io.ErrUnexpectedEOF
+			}
 			if len(r.data) > 0 {
 				// The arm found bytes the shim had not read: this
 				// response is the shim's to forward (nothing was carried).
 				n := fr.Feed(r.data)
+				if fr.Done() {
+					if err := k.detachClient(x, ccookie); err != nil {
+						return err
+					}
+				}
 				if _, err := x.Client.writeAll(x.Idle, r.data[:n]); err != nil {
 					return err
 				}
@@ -581,7 +660,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				if st.Gen == gen {
 					carried = st.Redirected
 				}
-				if st.Gen == gen && st.DoneGen == gen {
+				if st.Gen == gen && st.DoneGen == gen && !tailMode {
 					return finish(carried)
 				}
 				if fr.Phase == maps.PhaseUntilClose && errors.Is(r.err, io.EOF) {
@@ -602,6 +681,68 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		}
 	}
 }
+
+// finishTail ends a response whose last segment the verdict passed: once
+// the carried bytes have landed, the client leaves the SOCKHASH (it cannot
+// have sent anything yet: it is still waiting for this tail), then the
+// shim writes the tail.
+func (k *KernelPath) finishTail(x *Exchange, cc, w0, carried uint64, tail []byte, uc *byteCounters) error {
+	x.BodyBytesDown += int64(carried)
+	if err := maps.WaitWritten(x.Client.TCPConn, w0+carried, x.Idle); err != nil {
+		return err
+	}
+	if err := k.detachClient(x, cc); err != nil {
+		return err
+	}
+	if _, err := x.Client.writeAll(x.Idle, tail); err != nil {
+		return err
+	}
+
+	x.BodyBytesDown += int64(len(tail))
+	uc.down.Add(uint64(len(tail)))
+	return nil
+}
+
+// detachClient takes the client out of the SOCKHASH when the verdict has
+// seen nothing from it past its request (so nothing passed sits unread in
+// the psock, which leaving would free). Otherwise (pipelined bytes, a
+// chunked request) it stays in, in pass mode, as before.
+func (k *KernelPath) detachClient(x *Exchange, cc uint64) error {
+	if len(x.Client.Pending) > 0 {
+		return nil
+	}
+	ctl := k.st.Ctl(cc)
+	st, err := k.st.SocketState(cc)
+	if err != nil || ctl.Mode != maps.ModeRequest || st.Gen != ctl.Gen || st.Seen != ctl.BodyEnd {
+		return nil
+	}
+	// The shim's client watch (forward.go) is reading this socket: a read
+	// deadline in the past ends its read before the next head can arrive
+	// (its stop clears the deadline), so the next head stays unread.
+	_ = x.Client.SetReadDeadline(time.Unix(1, 0))
+	waitReaders(x.Client.TCPConn)
+	lost, err := k.st.Detach(cc, st.Seen)
+	if err != nil {
+		return fmt.Errorf("l7: kernel datapath: client out of SOCKHASH: %w", err)
+	}
+	if lost {
+		return errPipelinedLost
+	}
+	return nil
+}
+
+// waitReaders returns once no Read of c is under way: a raw read takes
+// the same lock a Read holds until it returns. Woken by an expired
+// deadline, the client watch's Read might otherwise run only after the
+// next request arrived, and read it (a wake-up for new data does not
+// check the deadline).
+func waitReaders(c *net.TCPConn) {
+	if raw, err := c.SyscallConn(); err == nil {
+		_ = raw.Read(func(uintptr) bool { return true })
+	}
+}
+
+var errPipelinedLost = errors.New("l7: kernel datapath: client bytes arrived while leaving the SOCKHASH")
 
 type upRead struct {
 	data []byte

@@ -22,10 +22,39 @@ type HeadReader interface {
 // readHead reads the next request head of c, through the datapath's
 // HeadReader for the first one if it has one.
 func (s *Shim) readHead(c *Conn, first bool) (*Head, []byte, error) {
-	if hr, ok := s.dp.(HeadReader); ok && first && len(c.Pending) == 0 {
+	if hr, ok := s.dp.(HeadReader); ok && len(c.Pending) == 0 {
 		return hr.ReadFirstHead(c)
 	}
 	return ReadHead(c.TCPConn, c.Pending)
+}
+
+// headWaiter is implemented by a Datapath that waits for a keep-alive
+// connection's next head without reading it.
+type headWaiter interface {
+	// waitHead waits until c has a byte to read; handled is false when
+	// the datapath leaves that to the shim (c.fill).
+	waitHead(c *Conn) (handled bool, err error)
+}
+
+// waitNextHead waits for the first byte of a keep-alive connection's next
+// head (the kernel datapath peeks it: see HeadReader).
+func (s *Shim) waitNextHead(c *Conn) error {
+	if w, ok := s.dp.(headWaiter); ok {
+		if handled, err := w.waitHead(c); handled {
+			return err
+		}
+	}
+	return c.fill()
+}
+
+// waitHead implements headWaiter: a client that left the SOCKHASH after
+// its response (finishTail) gets its next head peeked, as a first one.
+func (k *KernelPath) waitHead(c *Conn) (bool, error) {
+	cookie, err := maps.Cookie(c.TCPConn)
+	if err != nil || k.st.SocketInMap(cookie) {
+		return false, nil
+	}
+	return true, maps.WaitReadable(c.TCPConn)
 }
 
 // peekedHead remembers that a connection's first head is still in its
@@ -37,6 +66,11 @@ type peekedHead struct {
 
 // ReadFirstHead implements HeadReader: it peeks the head.
 func (k *KernelPath) ReadFirstHead(c *Conn) (*Head, []byte, error) {
+	if cookie, err := maps.Cookie(c.TCPConn); err == nil && k.st.SocketInMap(cookie) {
+		// A keep-alive client still in the SOCKHASH: the verdict passes
+		// its next head; read it.
+		return ReadHead(c.TCPConn, c.Pending)
+	}
 	pr, err := maps.NewPeekReader(c.TCPConn)
 	if err != nil {
 		return nil, nil, err

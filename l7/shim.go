@@ -177,7 +177,7 @@ func (s *Shim) serveConn(c *Conn) {
 				return
 			}
 			_ = c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
-			err := c.fill()
+			err := s.waitNextHead(c) // kernel datapath hook: l7/kernel_head.go
 			if !s.setIdle(c, false) || err != nil {
 				return // closed by the client, idle timeout, or shutdown
 			}

@@ -100,3 +100,25 @@ func Written(c *net.TCPConn) (uint64, error) { return written(c) }
 func WaitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
 	return waitWritten(c, want, timeout)
 }
+
+// VerdictQueued runs the verdict over the segments c received before it
+// joined the SOCKHASH, now, without reading: setting SO_RCVLOWAT makes TCP
+// signal data ready. A read would run the verdict too, but inside the
+// read, which then sets the socket's read position back over the bytes
+// the verdict carried (tcp_bpf_recvmsg_parser keeps copied_seq from before
+// the verdict, measured on 6.18): harmless while the socket stays in the
+// map, but a socket that leaves it (Detach) could not be read again.
+func VerdictQueued(c *net.TCPConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}

@@ -77,3 +77,29 @@ func (r *PeekReader) Read(b []byte) (int, error) {
 	r.off += k
 	return k, nil
 }
+
+// WaitReadable waits, without consuming anything, until c has a byte to
+// read or the peer closed (io.EOF); c's read deadline applies.
+func WaitReadable(c *net.TCPConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var one [1]byte
+	var n int
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return !errors.Is(rerr, unix.EAGAIN)
+	})
+	if err != nil {
+		return err
+	}
+	if rerr != nil {
+		return rerr
+	}
+	if n == 0 {
+		return io.EOF
+	}
+	return nil
+}

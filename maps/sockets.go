@@ -72,6 +72,27 @@ func (s *State) ForgetSocket(cookie uint64) {
 	s.objs.SockStates.Delete(cookie)
 }
 
+// Detach takes a socket out of the SOCKHASH while it stays open: from
+// then on its bytes stay in its own receive queue, as before it joined.
+// Bytes the verdict passed to it and nobody read yet would be lost (they
+// sit in the psock's queue, freed with it), so call Detach only when
+// seen, the verdict's offset after the last byte the caller has, is
+// current; lost reports whether the verdict saw more bytes before the
+// socket left (the caller must then fail the connection). Its control
+// and state entries are deleted.
+func (s *State) Detach(cookie uint64, seen uint64) (lost bool, err error) {
+	if err := s.objs.Socks.Delete(cookie); err != nil {
+		return false, err
+	}
+	st, err := s.SocketState(cookie)
+	s.objs.SockCtls.Delete(cookie)
+	s.objs.SockStates.Delete(cookie)
+	if err != nil {
+		return false, err
+	}
+	return st.Seen != seen, nil
+}
+
 // SocketCookies lists the sockets currently in the SOCKHASH.
 func (s *State) SocketCookies() ([]uint64, error) {
 	var out []uint64

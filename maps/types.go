@@ -29,6 +29,10 @@ const (
 	SessionClientPinned = 1 // SESSION_CLIENT_PINNED
 	SessionSpilled      = 2 // SESSION_SPILLED
 	CtlNoBody           = 1 // CTL_NO_BODY
+	CtlTailPass         = 2 // CTL_TAIL_PASS
+	EndFramed           = 1 // END_FRAMED
+	EndBody             = 2 // END_BODY
+	EndTail             = 4 // END_TAIL
 )
 
 // Pin names inside the state directory.
