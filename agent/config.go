@@ -447,8 +447,8 @@ func (mc *ModelConfig) validate(at string) error {
 	default:
 		return bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
 	}
-	a := mc.Admission
-	if _, err := ParseAdmissionMode(string(a.Mode)); err != nil {
+	a := mc.Admission // the zero value (a config built in code) means the defaults
+	if _, err := ParseAdmissionMode(string(a.Mode)); a.Mode != "" && err != nil {
 		return bad("admission.mode", "%q: want off, spill or queue", a.Mode)
 	}
 	if a.QueueMax < 0 {
