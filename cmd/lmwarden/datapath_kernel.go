@@ -18,8 +18,11 @@ import (
 // releases this process's handles (the state stays pinned).
 func loadKernelDatapath(cfg *agent.Config, log *slog.Logger) (l7.Datapath, func() error, error) {
 	st, err := maps.Load(maps.Options{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF)", err)
+	switch {
+	case errors.Is(err, maps.ErrLocked):
+		return nil, nil, fmt.Errorf("%w (another warden holds it, or one is still shutting down)", err)
+	case err != nil:
+		return nil, nil, fmt.Errorf("%w (needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF)", err)
 	}
 	how := "created"
 	if st.Reused {
