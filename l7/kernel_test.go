@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/maps"
+	"github.com/lmwarden/lmwarden/maps/mapstest"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -111,7 +112,7 @@ func TestKernelPathClientAbortLeavesNoSocketInMap(t *testing.T) {
 // datapath does not pool a connection that was in the SOCKHASH).
 func TestShimSuiteOverKernelDatapath(t *testing.T) {
 	requireBPF(t)
-	if os.Getenv(suiteDatapathEnv) != "" || os.Getenv(netnsEnv) != "" {
+	if os.Getenv(suiteDatapathEnv) != "" || mapstest.Inside() {
 		t.Skip("inside a suite run")
 	}
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("lmwarden-suite-%d", os.Getpid()))

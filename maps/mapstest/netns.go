@@ -1,0 +1,83 @@
+// Package mapstest is test support for everything that loads the real BPF
+// programs: it tells whether this machine can (root and bpffs), and runs a
+// test alone in a fresh network namespace, as every BPF test must.
+package mapstest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"regexp"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// RequireBPF skips a test that needs root and bpffs at /sys/fs/bpf; with
+// LMWARDEN_REQUIRE_BPF=1 (CI) the skip is a failure instead, so BPF tests
+// can never pass by not running.
+func RequireBPF(tb testing.TB) {
+	tb.Helper()
+	why := ""
+	var st unix.Statfs_t
+	if os.Geteuid() != 0 {
+		why = "needs root"
+	} else if err := unix.Statfs("/sys/fs/bpf", &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		why = "no bpffs at /sys/fs/bpf (mount -t bpf bpf /sys/fs/bpf)"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("LMWARDEN_REQUIRE_BPF") == "1" {
+		tb.Fatalf("BPF required (LMWARDEN_REQUIRE_BPF=1): %s", why)
+	}
+	tb.Skip(why)
+}
+
+const netnsEnv = "LMWARDEN_TEST_NETNS"
+
+// InNetNS runs the calling test alone in a fresh network namespace with
+// loopback up: the parent re-executes the test binary for this one test
+// under CLONE_NEWNET (so every thread, not just one, is inside) and returns
+// false; the child returns true and runs the body. Child processes the body
+// starts share its namespace.
+func InNetNS(t *testing.T) bool {
+	t.Helper()
+	RequireBPF(t)
+	if os.Getenv(netnsEnv) == t.Name() {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	args := []string{"-test.run", "^" + regexp.QuoteMeta(t.Name()) + "$", "-test.v", "-test.count=1"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), netnsEnv+"="+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil || testing.Verbose() {
+		t.Logf("in its own netns:\n%s", out.String())
+	}
+	if err != nil {
+		t.Fatalf("test in netns: %v", err)
+	}
+	if bytes.Contains(out.Bytes(), []byte("--- SKIP")) {
+		t.Skip("skipped inside the netns")
+	}
+	return false
+}
+
+// Inside reports whether this process is a test binary that InNetNS
+// re-executed (a suite that re-runs others can skip itself there).
+func Inside() bool { return os.Getenv(netnsEnv) != "" }
