@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -207,34 +206,7 @@ func TestStickyUntilSaturatedLeavesOnlyWhenMoreThanFiveSecondsWorse(t *testing.T
 // policy cost: one Place plus its Done of a known session among 100k, with
 // the cost model's per-session state beside the session table (B/session).
 func BenchmarkPlaceCost100kSessions(b *testing.B) {
-	const sessions = 100_000
-	ids := make([]string, sessions)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%08x-cost-%012x", i*2654435761, i*40503)
-	}
-	m := mustModel(b, func(mc *ModelConfig) { mc.SessionTTL = time.Hour; mc.Policy = PolicyCost })
-	now := costEpoch
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for _, id := range ids {
-		p, err := m.Place(Request{SessionID: id, PromptBytes: 50_000, Now: now})
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.Done(p, now)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		now = now.Add(time.Microsecond)
-		p, _ := m.Place(Request{SessionID: ids[(i*7919)%sessions], PromptBytes: 50_000, Now: now})
-		m.Done(p, now)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/sessions, "B/session")
+	benchPlace100k(b, PolicyCost, costEpoch)
 }
 
 func TestCostLearnsKVCapacityFromUsageWithoutCacheConfigInfo(t *testing.T) {
