@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 	"github.com/lmwarden/lmwarden/sim"
@@ -30,11 +31,7 @@ func TestKernelPathCarriesBodyAndStream(t *testing.T) {
 	if !inNetNS(t) {
 		return
 	}
-	k := mustKernelPath(t)
-	sv := mustSim(t, 1, sim.ShapePorts)
-	m := mustModel(t, modelConfig(sv.URLs()...))
-	_, addr := mustShim(t, m, Options{Datapath: k})
-	c := mustDial(t, addr)
+	k, _, m, c := mustKernelShim(t, 1)
 	turn := strings.Repeat("a long agent history line. ", 2000) // ~54 KB body
 	c.send(t, messagesRequestN("s", []string{turn}, "", 256))
 	resp, body := c.response(t)
@@ -53,11 +50,7 @@ func TestKernelPathKeepAliveRoutesEachRequestOnItsOwnHead(t *testing.T) {
 	if !inNetNS(t) {
 		return
 	}
-	k := mustKernelPath(t)
-	sv := mustSim(t, 2, sim.ShapePorts)
-	m := mustModel(t, modelConfig(sv.URLs()...))
-	_, addr := mustShim(t, m, Options{Datapath: k})
-	c := mustDial(t, addr)
+	_, sv, m, c := mustKernelShim(t, 2)
 	for i, session := range []string{"session-a", "session-b", "session-a"} {
 		c.send(t, messagesRequest(session, []string{"hello from " + session + strings.Repeat(" pad", 5000)}, ""))
 		resp, body := c.response(t)
@@ -76,11 +69,7 @@ func TestKernelPathClientAbortLeavesNoSocketInMap(t *testing.T) {
 	if !inNetNS(t) {
 		return
 	}
-	k := mustKernelPath(t)
-	sv := mustSim(t, 1, sim.ShapePorts)
-	m := mustModel(t, modelConfig(sv.URLs()...))
-	_, addr := mustShim(t, m, Options{Datapath: k})
-	c := mustDial(t, addr)
+	k, _, m, c := mustKernelShim(t, 1)
 	c.send(t, messagesRequestN("b", []string{"tell a long story"}, "", 4000))
 	resp, err := readResponse(c)
 	if err != nil || resp.StatusCode != 200 {
@@ -134,4 +123,16 @@ func TestShimSuiteOverKernelDatapath(t *testing.T) {
 		t.Fatalf("shim suite over the kernel datapath: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// mustKernelShim is the common setup of these tests: the kernel datapath
+// over fresh pinned state, n simulated replicas, a model and its shim, and
+// a client connection to the shim.
+func mustKernelShim(t *testing.T, n int) (*KernelPath, *sim.Servers, *agent.Model, *client) {
+	t.Helper()
+	k := mustKernelPath(t)
+	sv := mustSim(t, n, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	return k, sv, m, mustDial(t, addr)
 }
