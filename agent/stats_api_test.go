@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -36,20 +37,31 @@ func TestStatsAPIRefusesBadWindow(t *testing.T) {
 }
 
 func TestStatsAPIServesObservedTraffic(t *testing.T) {
-	ts := NewTokenSeries(10 * time.Second)
-	start := time.Now().Add(-time.Minute)
-	ts.Observe("qwen", 0, TokenCounters{}, start)
-	ts.Observe("qwen", 0, TokenCounters{PromptTokens: 800, PrefixQueries: 800, PrefixHits: 600, GenerationTokens: 50}, start.Add(time.Second))
-	srv := mustStatsServer(t, ts)
+	// The poll interval lies inside one 10 s slot or straddles two; the
+	// summary must be the same either way (CI once caught 799.9999999999999
+	// queries from a straddling poll).
+	slot := time.Now().Add(-time.Minute).Truncate(10 * time.Second)
+	for _, offset := range []time.Duration{2 * time.Second, 9*time.Second + 300*time.Millisecond, 9*time.Second + 999*time.Millisecond} {
+		ts := NewTokenSeries(10 * time.Second)
+		start := slot.Add(offset)
+		ts.Observe("qwen", 0, TokenCounters{}, start)
+		ts.Observe("qwen", 0, TokenCounters{PromptTokens: 800, PrefixQueries: 800, PrefixHits: 600, GenerationTokens: 50}, start.Add(time.Second))
+		srv := mustStatsServer(t, ts)
 
-	resp := mustGetStats(t, srv.URL+"/api/v1/stats?window=1h")
-	if len(resp.Models) != 1 || resp.Models[0].Name != "qwen" || len(resp.Models[0].Replicas) != 1 {
-		t.Fatalf("models = %+v, want one model qwen with one replica", resp.Models)
+		resp := mustGetStats(t, srv.URL+"/api/v1/stats?window=1h")
+		if len(resp.Models) != 1 || resp.Models[0].Name != "qwen" || len(resp.Models[0].Replicas) != 1 {
+			t.Fatalf("offset %v: models = %+v, want one model qwen with one replica", offset, resp.Models)
+		}
+		s := resp.Models[0].Pooled.Summary
+		if !near(s.PromptCachedTokens, 600) || !near(s.PromptComputedTokens, 200) || !near(s.CompletionTokens, 50) || s.HitRate == nil || !near(*s.HitRate, 0.75) {
+			t.Errorf("offset %v: summary = %+v, want 600 cached, 200 computed, 50 completion, hit rate 0.75", offset, s)
+		}
 	}
-	s := resp.Models[0].Pooled.Summary
-	if s.PromptCachedTokens != 600 || s.PromptComputedTokens != 200 || s.CompletionTokens != 50 || s.HitRate == nil || *s.HitRate != 0.75 {
-		t.Fatalf("summary = %+v, want 600 cached, 200 computed, 50 completion, hit rate 0.75", s)
-	}
+}
+
+// near compares sums of split float shares: equal to a part in 10^9.
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want))
 }
 
 func mustStatsServer(tb testing.TB, ts *TokenSeries) *httptest.Server {

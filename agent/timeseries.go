@@ -44,6 +44,10 @@ func (d tokenDelta) scaled(f float64) tokenDelta {
 	return tokenDelta{d.cached * f, d.computed * f, d.completion * f, d.queries * f, d.hits * f}
 }
 
+func (d tokenDelta) minus(o tokenDelta) tokenDelta {
+	return tokenDelta{d.cached - o.cached, d.computed - o.computed, d.completion - o.completion, d.queries - o.queries, d.hits - o.hits}
+}
+
 func (d *tokenDelta) add(o tokenDelta) {
 	d.cached += o.cached
 	d.computed += o.computed
@@ -236,14 +240,26 @@ func (ts *TokenSeries) spread(rs *replicaSeries, ms *modelSeries, d tokenDelta, 
 	total := float64(t1 - t0)
 	// Slots older than the ring would be forgotten at once: skip them (their
 	// share is dropped, as it would be an hour from now anyway).
-	first = max(first, last-int64(ts.slots)+1)
+	// The newest slot takes what the others left rather than its own
+	// product, so the parts add up to the delta (products of fractions
+	// would turn 800 tokens into 799.9999999999999).
+	var given tokenDelta
+	if oldest := last - int64(ts.slots) + 1; first < oldest {
+		given = d.scaled(float64(oldest*step-t0) / total)
+		first = oldest
+	}
 	for n := first; n <= last; n++ {
 		start, end := max(t0, n*step), min(t1, (n+1)*step)
-		if end > start {
-			part := d.scaled(float64(end-start) / total)
-			rs.ring.add(n, part)
-			ms.pooled.add(n, part)
+		if end <= start {
+			continue
 		}
+		part := d.minus(given)
+		if n < last {
+			part = d.scaled(float64(end-start) / total)
+		}
+		given.add(part)
+		rs.ring.add(n, part)
+		ms.pooled.add(n, part)
 	}
 }
 
