@@ -162,15 +162,17 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	}
 }
 
-func TestMetricsDocListsEveryName(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range allDescs {
-		name := descName(d)
-		if !bytes.Contains(doc, []byte("`"+name+"`")) {
-			t.Errorf("docs/metrics.md does not document %s", name)
+func TestMetricsDocAndREADMEListEveryName(t *testing.T) {
+	for _, path := range []string{filepath.Join("..", "docs", "metrics.md"), filepath.Join("..", "README.md")} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range allDescs {
+			name := descName(d)
+			if !bytes.Contains(doc, []byte("`"+name+"`")) && !bytes.Contains(doc, []byte("`"+name+"{")) {
+				t.Errorf("%s does not document %s", path, name)
+			}
 		}
 	}
 }
