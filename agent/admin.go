@@ -13,11 +13,12 @@ import (
 )
 
 // The admin API (loopback by default). JSON shapes are ModelsResponse,
-// SessionsResponse and AffinityRequest; the CLI decodes the same types.
+// SessionsResponse, AffinityRequest and PolicyRequest; the CLI decodes the same types.
 //
 //	GET /api/v1/models                    every model and its replicas
 //	GET /api/v1/models/{name}             one model
 //	PUT /api/v1/models/{name}/affinity    {"affinity": true|false}
+//	PUT /api/v1/models/{name}/policy      {"policy": "cost"}
 //	GET /api/v1/sessions?model=&limit=    live sessions, hashes only, newest first
 //	GET /api/v1/stats?window=1h           token time series (dashboard)
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
@@ -49,6 +50,7 @@ func (w *Warden) routes() {
 	w.mux.HandleFunc("GET /api/v1/models", w.handleModels)
 	w.mux.HandleFunc("GET /api/v1/models/{name}", w.handleModel)
 	w.mux.HandleFunc("PUT /api/v1/models/{name}/affinity", w.handleAffinity)
+	w.mux.HandleFunc("PUT /api/v1/models/{name}/policy", w.handlePolicy) // admin_policy.go
 	w.mux.HandleFunc("GET /api/v1/sessions", w.handleSessions)
 	w.mux.Handle("GET /api/v1/stats", StatsHandler(w.series))
 	w.mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))

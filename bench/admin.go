@@ -14,7 +14,7 @@ import (
 )
 
 // adminClient talks to the warden's admin API: it lists a model's replicas
-// (for their /metrics) and switches affinity between arms.
+// (for their /metrics) and switches affinity and policy between arms.
 type adminClient struct {
 	base   string
 	client *http.Client
@@ -70,12 +70,51 @@ func (a adminClient) model(ctx context.Context, name string) (agent.ModelStatus,
 }
 
 // setArm switches the model's affinity through PUT
-// /api/v1/models/{name}/affinity ({"affinity": bool}) and reads the model
-// back to check the switch took. The admin API does not switch policies: an
-// arm named after a policy needs the warden configured with that policy.
-func (a adminClient) setArm(ctx context.Context, model string, arm Arm) error {
-	b, _ := json.Marshal(map[string]any{"affinity": arm.Affinity})
-	u := strings.TrimRight(a.base, "/") + "/api/v1/models/" + url.PathEscape(model) + "/affinity"
+// /api/v1/models/{name}/affinity and, for an arm named after a policy, its
+// policy through PUT /api/v1/models/{name}/policy; the arm "on" runs the
+// warden's own policy (own). It reads the model back to check the switch
+// took.
+func (a adminClient) setArm(ctx context.Context, model string, arm Arm, own string) error {
+	if err := a.put(ctx, model, "affinity", map[string]any{"affinity": arm.Affinity}); err != nil {
+		return err
+	}
+	want := own
+	if arm.Affinity && arm.Name != ArmOn {
+		want = string(arm.Policy)
+	}
+	if want != "" {
+		if err := a.put(ctx, model, "policy", map[string]any{"policy": want}); err != nil {
+			return err
+		}
+	}
+	m, err := a.model(ctx, model)
+	if err != nil {
+		return err
+	}
+	if m.Affinity != arm.Affinity {
+		return fmt.Errorf("%w: asked affinity=%v, the warden reports %v", ErrArmSwitch, arm.Affinity, m.Affinity)
+	}
+	if want != "" && m.Policy != want {
+		return fmt.Errorf("%w: asked policy %s, the warden reports %s", ErrArmSwitch, want, m.Policy)
+	}
+	return nil
+}
+
+// restore puts the model back the way the run found it.
+func (a adminClient) restore(ctx context.Context, model string, affinity bool, policy string) error {
+	if err := a.put(ctx, model, "affinity", map[string]any{"affinity": affinity}); err != nil {
+		return err
+	}
+	if policy == "" {
+		return nil
+	}
+	return a.put(ctx, model, "policy", map[string]any{"policy": policy})
+}
+
+// put sends PUT /api/v1/models/{model}/{what} with a JSON body.
+func (a adminClient) put(ctx context.Context, model, what string, body map[string]any) error {
+	b, _ := json.Marshal(body)
+	u := strings.TrimRight(a.base, "/") + "/api/v1/models/" + url.PathEscape(model) + "/" + what
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(b))
 	if err != nil {
 		return err
@@ -89,17 +128,6 @@ func (a adminClient) setArm(ctx context.Context, model string, arm Arm) error {
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%w: PUT %s: %s: %s", ErrArmSwitch, u, resp.Status, strings.TrimSpace(string(msg)))
-	}
-	m, err := a.model(ctx, model)
-	if err != nil {
-		return err
-	}
-	if m.Affinity != arm.Affinity {
-		return fmt.Errorf("%w: asked affinity=%v, the warden reports %v", ErrArmSwitch, arm.Affinity, m.Affinity)
-	}
-	if arm.Affinity && arm.Name != ArmOn && m.Policy != string(arm.Policy) {
-		return fmt.Errorf("%w: arm %q needs the warden's model %q configured with policy %s (it runs %s; the admin API switches affinity only)",
-			ErrArmSwitch, arm.Name, model, arm.Policy, m.Policy)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,16 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Admin != "" {
+		// Leave the warden as found, even after an error or Ctrl-C.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := r.admin.restore(ctx, r.modelName, r.affinity, r.policy); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: could not restore the warden's affinity and policy: %v\n", err)
+			}
+		}()
+	}
 	rep := &Report{
 		Mode: "real", Target: cfg.Target, API: cfg.API, Profile: cfg.Profile, Replicas: len(r.poller.keys),
 		LBStats: cfg.LBStats, Speed: cfg.Speed, Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(),
@@ -76,7 +87,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
 			if cfg.Admin != "" {
-				if err := r.admin.setArm(ctx, r.modelName, arm); err != nil {
+				if err := r.admin.setArm(ctx, r.modelName, arm, r.policy); err != nil {
 					return nil, err
 				}
 			}
@@ -136,6 +147,7 @@ type realRun struct {
 	modelName   string // the warden's model name
 	oneEndpoint bool
 	policy      string // the warden's configured policy
+	affinity    bool   // the warden's affinity before the run (restored after it)
 }
 
 // setup finds the replicas' metrics, the model names and checks the target
@@ -150,7 +162,7 @@ func (r *realRun) setup(ctx context.Context) error {
 		}
 		r.modelName = m.Name
 		r.oneEndpoint = m.Shape == "endpoint"
-		r.policy = m.Policy
+		r.policy, r.affinity = m.Policy, m.Affinity
 		if len(urls) == 0 {
 			seen := map[string]bool{}
 			for _, rep := range m.Replicas {

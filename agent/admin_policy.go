@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// PolicyRequest is the body of PUT /api/v1/models/{name}/policy.
+type PolicyRequest struct {
+	Policy string `json:"policy"`
+}
+
+// handlePolicy switches the policy a model uses while affinity is on, so
+// that an A/B of policies (`lmwarden bench --arms sticky,cost`) runs
+// against one warden without restarting it and losing its sessions. The
+// session table is kept: a session pinned under one policy stays pinned.
+func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
+	m := w.byName[r.PathValue("name")]
+	if m == nil {
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		return
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	var req PolicyRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want {\"policy\": \"name\"}: %v", err))
+		return
+	}
+	if req.Policy == "" {
+		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"policy\": \"name\"}: policy missing"))
+		return
+	}
+	if err := m.SetPolicy(Policy(req.Policy)); err != nil {
+		writeError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
+		return
+	}
+	w.log.Info("policy changed", "model", m.Name(), "policy", req.Policy)
+	writeJSON(rw, http.StatusOK, m.Status())
+}
