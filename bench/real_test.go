@@ -2,13 +2,13 @@ package bench
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -26,18 +26,6 @@ func mustSim(tb testing.TB, replicas int, shape string, speed float64) *sim.Serv
 	}
 	tb.Cleanup(func() { cancel(); s.Close() })
 	return s
-}
-
-// mustRefusingAddr returns a loopback address nothing listens on.
-func mustRefusingAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
@@ -87,7 +75,7 @@ func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
 func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
 	s := mustSim(t, 1, sim.ShapePorts, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
-		Target: "http://" + mustRefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
+		Target: "http://" + testnet.RefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
 		ReplicaMetrics: s.URLs(), Steps: []int{2}, Duration: 20 * time.Second,
 		Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 	})
