@@ -342,6 +342,8 @@ func statusText(code int) string {
 		return "Service Unavailable"
 	case 504:
 		return "Gateway Timeout"
+	case 505:
+		return "HTTP Version Not Supported"
 	}
 	return "Error"
 }

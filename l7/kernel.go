@@ -791,6 +791,9 @@ func relayChunked(dst, src *Conn, idle time.Duration) (int64, error) {
 				if err != nil {
 					return total, err
 				}
+				if err := checkTrailerLine(t); err != nil {
+					return total, err
+				}
 				out = append(out, t...)
 				if len(t) > maxLine || len(out) > MaxHeadBytes {
 					return total, errBadChunk

@@ -270,7 +270,7 @@ type Stats struct {
 	Retries     uint64         // connect failures moved to another replica
 	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
 	Parked      uint64         // requests that waited for admission
-	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504)
+	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504, 505)
 }
 
 type stats struct {

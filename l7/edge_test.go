@@ -1,0 +1,418 @@
+package l7
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/lmwarden/lmwarden/sim"
+)
+
+// These tests pin what the shim does with hostile or merely unusual
+// input on real sockets: each case either gets the right answer or a
+// clean error and close, never a hang, and no request stays counted.
+
+func TestBadHeadsGetACleanErrorAndClose(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	s, addr := mustShim(t, m, Options{})
+	const host = "Host: x\r\n"
+	cases := []struct {
+		name, in string
+		status   int
+	}{
+		{"header without colon", "GET / HTTP/1.1\r\n" + host + "X-No-Colon\r\n\r\n", 400},
+		{"empty header name", "GET / HTTP/1.1\r\n" + host + ": v\r\n\r\n", 400},
+		{"space in header name", "GET / HTTP/1.1\r\n" + host + "X Bad: v\r\n\r\n", 400},
+		{"space before colon", "GET / HTTP/1.1\r\n" + host + "Content-Length : 0\r\n\r\n", 400},
+		{"obs-fold", "GET / HTTP/1.1\r\n" + host + "X-A: 1\r\n\tfolded\r\n\r\n", 400},
+		{"bare LF inside", "GET / HTTP/1.1\r\nX-A: 1\n" + host + "\r\n", 400},
+		{"bare LF only", "GET / HTTP/1.1\n" + host[:len(host)-2] + "\n\n", 400},
+		{"request line of two words", "GET /\r\n" + host + "\r\n", 400},
+		{"request line of four words", "GET / x HTTP/1.1\r\n" + host + "\r\n", 400},
+		{"double space", "GET  / HTTP/1.1\r\n" + host + "\r\n", 400},
+		{"lower-case version", "GET / http/1.1\r\n" + host + "\r\n", 400},
+		{"control byte in target", "GET /\x01 HTTP/1.1\r\n" + host + "\r\n", 400},
+		{"binary garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400},
+		{"no host in 1.1", "GET / HTTP/1.1\r\n\r\n", 400},
+		{"CL and TE", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"TE and CL", "POST / HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
+		{"differing CLs", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4\r\nContent-Length: 5\r\n\r\nabcde", 400},
+		{"differing CL list", "POST / HTTP/1.1\r\n" + host + "Content-Length: 4, 5\r\n\r\nabcde", 400},
+		{"negative CL", "POST / HTTP/1.1\r\n" + host + "Content-Length: -4\r\n\r\n", 400},
+		{"huge CL", "POST / HTTP/1.1\r\n" + host + "Content-Length: 99999999999999999999\r\n\r\n", 400},
+		{"hex CL", "POST / HTTP/1.1\r\n" + host + "Content-Length: 0x10\r\n\r\n", 400},
+		{"empty CL", "POST / HTTP/1.1\r\n" + host + "Content-Length:\r\n\r\n", 400},
+		{"TE gzip", "POST / HTTP/1.1\r\n" + host + "Transfer-Encoding: gzip\r\n\r\n", 400},
+		{"TE chunked, identity", "POST / HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked, identity\r\n\r\n", 400},
+		{"TE in HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},
+		{"HTTP/2.0 request", "GET / HTTP/2.0\r\n" + host + "\r\n", 505},
+		{"HTTP/3", "GET / HTTP/3\r\n" + host + "\r\n", 505},
+		{"HTTP/0.9", "GET /\r\n\r\n", 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Answered[tc.status]
+			c := mustDial(t, addr)
+			c.send(t, tc.in)
+			resp, _ := c.response(t)
+			if resp.StatusCode != tc.status || !resp.Close {
+				t.Fatalf("status %d close %v, want %d and close", resp.StatusCode, resp.Close, tc.status)
+			}
+			if !c.closed() {
+				t.Error("connection left open")
+			}
+			if got := s.Stats().Answered[tc.status]; got != before+1 {
+				t.Errorf("answered[%d] %d, want %d", tc.status, got, before+1)
+			}
+		})
+	}
+	if n := requestsDone(sv, 1)[0]; n != 0 {
+		t.Fatalf("the replica served %d of these requests", n)
+	}
+}
+
+func TestInvalidChunkedBodiesGet400(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for name, body := range map[string]string{
+		"not hex":               "zz\r\nhello\r\n0\r\n\r\n",
+		"negative":              "-5\r\nhello\r\n0\r\n\r\n",
+		"0x prefix":             "0x5\r\nhello\r\n0\r\n\r\n",
+		"size overflows int64":  "ffffffffffffffff1\r\nhello\r\n0\r\n\r\n",
+		"space inside size":     "5 5\r\nhello\r\n0\r\n\r\n",
+		"empty size":            "\r\nhello\r\n0\r\n\r\n",
+		"bare LF after size":    "5\nhello\r\n0\r\n\r\n",
+		"data longer than size": "3\r\nhello\r\n0\r\n\r\n",
+		"no CRLF after data":    "5\r\nhelloX0\r\n\r\n",
+		"endless size line":     strings.Repeat("1", 8000) + "\r\n",
+		"bare LF in trailers":   "5\r\nhello\r\n0\r\nX-T: 1\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := mustDial(t, addr)
+			c.send(t, head+body)
+			resp, _ := c.response(t)
+			if resp.StatusCode != 400 {
+				t.Fatalf("status %d, want 400", resp.StatusCode)
+			}
+			if !c.closed() {
+				t.Error("connection left open")
+			}
+			waitInFlight(t, m)
+		})
+	}
+	if n := requestsDone(sv, 1)[0]; n != 0 {
+		t.Fatalf("the replica served %d broken bodies", n)
+	}
+}
+
+func TestClientClosingMidBodyReleasesEverything(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	s, addr := mustShim(t, m, Options{})
+	upAddr := strings.TrimPrefix(sv.URLs()[0], "http://")
+	for _, head := range []string{
+		"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nContent-Length: 100000\r\n\r\n",
+		"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n",
+	} {
+		c := mustDial(t, addr)
+		c.send(t, head+`{"model":"qwen3-4b","messages":[{"role":"user","content":"`+strings.Repeat("x", 5000))
+		waitFor(t, "the request in flight", func() bool { return m.Status().InFlight == 1 })
+		c.Close()
+		waitInFlight(t, m)
+	}
+	if n := requestsDone(sv, 1)[0]; n != 0 {
+		t.Fatalf("the replica served %d truncated requests", n)
+	}
+	if n := s.pool.Idle(upAddr); n != 0 {
+		t.Fatalf("%d upstream connections with half a request on them were pooled", n)
+	}
+}
+
+func TestChunkedRequestWithExtensionsAndTrailersReachesTheReplicaIntact(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		sum := sha256.Sum256(body)
+		return lengthResponse(hex.EncodeToString(sum[:]))
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	// Chunks of many sizes, some larger than the shim's read buffer, with
+	// extensions, and trailers after the last chunk.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var body, wire bytes.Buffer
+	for _, n := range []int{1, 7, 4096, 70000, 3, 200000, 15} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte('a' + rng.IntN(26))
+		}
+		body.Write(p)
+		fmt.Fprintf(&wire, "%x;name=\"v\";flag\r\n%s\r\n", n, p)
+	}
+	wire.WriteString("0;last\r\nX-Checksum: 1\r\nX-Other: 2\r\n\r\n")
+	c := mustDial(t, addr)
+	for range 2 { // twice on one connection: the trailers end the first
+		c.send(t, "POST /sum HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+wire.String())
+		resp, got := c.response(t)
+		sum := sha256.Sum256(body.Bytes())
+		if resp.StatusCode != 200 || got != hex.EncodeToString(sum[:]) {
+			t.Fatalf("status %d sum %q, want the body's sha256", resp.StatusCode, got)
+		}
+	}
+}
+
+func TestLargeBodiesAreRelayedByteForByte(t *testing.T) {
+	const size = 12 << 20
+	rng := rand.New(rand.NewPCG(3, 4))
+	big := make([]byte, size)
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	sum := sha256.Sum256(big)
+	chunked := func() string {
+		var b strings.Builder
+		b.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for off, n := 0, 1; off < size; n = n*3 + 1 {
+			k := min(n%(3<<20)+1, size-off)
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", k, big[off:off+k])
+			off += k
+		}
+		b.WriteString("0\r\n\r\n")
+		return b.String()
+	}()
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		switch h.Target {
+		case "/echo-sum":
+			s := sha256.Sum256(body)
+			return lengthResponse(hex.EncodeToString(s[:]))
+		case "/length":
+			return lengthResponse(string(big))
+		case "/chunked":
+			return chunked
+		}
+		return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, rawRequest("POST", "/echo-sum", "", string(big)))
+	if resp, got := c.response(t); resp.StatusCode != 200 || got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("upload: status %d sum %q", resp.StatusCode, got)
+	}
+	for _, path := range []string{"/length", "/chunked"} {
+		c.send(t, rawRequest("GET", path, "", ""))
+		resp, got := c.response(t)
+		if s := sha256.Sum256([]byte(got)); resp.StatusCode != 200 || s != sum {
+			t.Fatalf("%s: status %d, %d bytes, sha256 differs: %v", path, resp.StatusCode, len(got), s != sum)
+		}
+	}
+}
+
+func TestUnusualResponsesKeepTheClientConnectionInStep(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		switch h.Target {
+		case "/204":
+			return "HTTP/1.1 204 No Content\r\nX-Kind: 204\r\n\r\n"
+		case "/304":
+			// A 304's Content-Length describes the resource, not a body.
+			return "HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n\r\n"
+		case "/head":
+			return "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"
+		case "/early-hints":
+			return "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + lengthResponse("after hints")
+		case "/empty":
+			return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+		case "/no-reason":
+			return "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok"
+		}
+		return lengthResponse("plain")
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	steps := []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"GET", "/204", 204, ""},
+		{"GET", "/x", 200, "plain"},
+		{"GET", "/304", 304, ""},
+		{"GET", "/x", 200, "plain"},
+		{"HEAD", "/head", 200, ""},
+		{"GET", "/x", 200, "plain"},
+		{"GET", "/early-hints", 200, "after hints"},
+		{"GET", "/empty", 200, ""},
+		{"GET", "/no-reason", 200, "ok"},
+		{"GET", "/x", 200, "plain"},
+	}
+	for _, st := range steps {
+		c.send(t, rawRequest(st.method, st.path, "", ""))
+		resp, interim, err := c.responseTo(st.method)
+		if err != nil {
+			t.Fatalf("%s %s: %v", st.method, st.path, err)
+		}
+		if st.path == "/early-hints" && (len(interim) != 1 || interim[0] != 103) {
+			t.Fatalf("interim responses %v, want the 103 relayed", interim)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != st.status || string(got) != st.body {
+			t.Fatalf("%s %s: status %d body %q err %v, want %d %q", st.method, st.path, resp.StatusCode, got, err, st.status, st.body)
+		}
+		if resp.Close {
+			t.Fatalf("%s %s: client connection closed", st.method, st.path)
+		}
+	}
+	waitInFlight(t, m)
+}
+
+func TestCloseDelimitedResponseEndsWithTheConnection(t *testing.T) {
+	up := rawUpstream(t, func(c net.Conn) {
+		readRequestHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+	})
+	m := mustModel(t, modelConfig(up))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, rawRequest("GET", "/", "", ""))
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || body != "until the end" || !resp.Close {
+		t.Fatalf("status %d body %q close %v", resp.StatusCode, body, resp.Close)
+	}
+	if !c.closed() {
+		t.Fatal("client connection left open after a close-delimited body")
+	}
+	waitInFlight(t, m)
+}
+
+func TestReplicaDyingMidLengthBodyTruncatesTheClient(t *testing.T) {
+	up := rawUpstream(t, func(c net.Conn) {
+		readRequestHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 5000))
+	})
+	m := mustModel(t, modelConfig(up))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, rawRequest("GET", "/", "", ""))
+	resp, err := readResponse(c)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %v err %v", resp, err)
+	}
+	if b, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("truncated body of %d bytes read as complete", len(b))
+	}
+	waitInFlight(t, m)
+}
+
+func TestConnectionCloseFromEitherSide(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		if h.Target == "/closing" {
+			return lengthResponse("bye", "Connection: close\r\n")
+		}
+		return lengthResponse("hi")
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+
+	// The replica closes: the client connection stays (Connection is
+	// hop-by-hop), the replica connection is not reused.
+	c := mustDial(t, addr)
+	for i, path := range []string{"/closing", "/closing", "/x"} {
+		c.send(t, rawRequest("GET", path, "", ""))
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d: status %d body %q close %v", i, resp.StatusCode, body, resp.Close)
+		}
+	}
+	if n := up.accepted.Load(); n < 2 {
+		t.Fatalf("replica accepted %d connections: one it closed was reused", n)
+	}
+
+	// The client asks to close: it is told so, and the connection ends.
+	c = mustDial(t, addr)
+	c.send(t, rawRequest("GET", "/x", "Connection: close\r\n", ""))
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || body != "hi" || !resp.Close {
+		t.Fatalf("status %d body %q close %v", resp.StatusCode, body, resp.Close)
+	}
+	if !c.closed() {
+		t.Fatal("connection left open after Connection: close")
+	}
+}
+
+func TestHTTP10KeepAliveIsHonouredOnlyWhenAsked(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	for range 2 {
+		c.send(t, "GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || !strings.Contains(body, "qwen3-4b") || resp.Close {
+			t.Fatalf("status %d close %v body %q", resp.StatusCode, resp.Close, body)
+		}
+		if resp.Header.Get("Connection") != "keep-alive" {
+			t.Fatalf("Connection %q, want keep-alive for a 1.0 client that asked", resp.Header.Get("Connection"))
+		}
+	}
+}
+
+func TestExpectContinueFromHTTP10ClientGetsNoInterimResponse(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	req := strings.Replace(messagesRequest("s", []string{"hi"}, "Expect: 100-continue\r\n"), "HTTP/1.1", "HTTP/1.0", 1)
+	c.send(t, req)
+	line, err := c.r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200 ") {
+		t.Fatalf("first line %q %v: an HTTP/1.0 client must not get 100 Continue", line, err)
+	}
+}
+
+func TestGetAndHeadPassThroughWithoutBodies(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	steps := []struct {
+		method, path string
+		status       int
+		contains     string
+	}{
+		{"GET", "/health", 200, ""},
+		{"HEAD", "/v1/models", 200, ""},
+		{"GET", "/v1/models", 200, "qwen3-4b"},
+		{"GET", "/no/such/path", 404, "Not Found"},
+		{"POST", "/v1/nope", 404, "Not Found"},
+		{"HEAD", "/health", 200, ""},
+		{"GET", "/health", 200, ""},
+	}
+	for _, st := range steps {
+		body := ""
+		if st.method == "POST" {
+			body = "{}"
+		}
+		c.send(t, rawRequest(st.method, st.path, "", body))
+		resp, _, err := c.responseTo(st.method)
+		if err != nil {
+			t.Fatalf("%s %s: %v", st.method, st.path, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != st.status || !strings.Contains(string(got), st.contains) {
+			t.Fatalf("%s %s: status %d body %q err %v", st.method, st.path, resp.StatusCode, got, err)
+		}
+		if st.method == "HEAD" && len(got) != 0 {
+			t.Fatalf("HEAD %s: body %q", st.path, got)
+		}
+	}
+	waitInFlight(t, m)
+}
