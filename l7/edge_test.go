@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -107,6 +108,7 @@ func TestInvalidChunkedBodiesGet400(t *testing.T) {
 			if !c.closed() {
 				t.Error("connection left open")
 			}
+			c.Close() // ends the shim's drain of what the client still sends
 			waitInFlight(t, m)
 		})
 	}
@@ -413,6 +415,188 @@ func TestGetAndHeadPassThroughWithoutBodies(t *testing.T) {
 		if st.method == "HEAD" && len(got) != 0 {
 			t.Fatalf("HEAD %s: body %q", st.path, got)
 		}
+	}
+	waitInFlight(t, m)
+}
+
+func TestPipelinedMixedRequestsAreAnsweredInOrder(t *testing.T) {
+	sv := mustSim(t, 2, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	chat := `{"model":"qwen3-4b","max_tokens":3,"messages":[{"role":"user","content":"pipelined"}]}`
+	chunked := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-Id: p\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(chat), chat)
+	c := mustDial(t, addr)
+	// All in one write: each head arrives with the previous request.
+	c.send(t, rawRequest("HEAD", "/v1/models", "", "")+
+		chunked+
+		rawRequest("GET", "/no/such", "", "")+
+		messagesRequest("p", []string{"streamed"}, "")+
+		rawRequest("GET", "/v1/models", "", ""))
+	want := []struct {
+		method   string
+		status   int
+		contains string
+	}{
+		{"HEAD", 200, ""},
+		{"POST", 200, `"usage"`},
+		{"GET", 404, "Not Found"},
+		{"POST", 200, "message_stop"},
+		{"GET", 200, "qwen3-4b"},
+	}
+	for i, w := range want {
+		resp, _, err := c.responseTo(w.method)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != w.status || !strings.Contains(string(b), w.contains) {
+			t.Fatalf("response %d: status %d body %q err %v, want %d with %q", i, resp.StatusCode, b, err, w.status, w.contains)
+		}
+	}
+	if done := requestsDone(sv, 2); done[0]+done[1] != 2 {
+		t.Fatalf("generations per replica %v, want 2 in all", done)
+	}
+}
+
+func TestRequestsPipelinedAfterConnectionCloseAreNotServed(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string { return lengthResponse(h.Target) })
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, rawRequest("GET", "/first", "Connection: close\r\n", "")+rawRequest("GET", "/second", "", ""))
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || body != "/first" || !resp.Close {
+		t.Fatalf("status %d body %q close %v", resp.StatusCode, body, resp.Close)
+	}
+	if !c.closed() {
+		t.Fatal("connection left open after Connection: close")
+	}
+	if n := up.requests.Load(); n != 1 {
+		t.Fatalf("the replica got %d requests, want only the first", n)
+	}
+}
+
+func TestClientAbortMidStreamAbortsTheReplicaRequest(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	for _, maxTokens := range []int{4000, 4000} { // twice: the replica is usable after
+		before := sv.Stats(0).GenerationTokens
+		c := mustDial(t, addr)
+		c.send(t, messagesRequestN("abort", []string{"tell a long story"}, "", maxTokens))
+		resp, err := readResponse(c)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %v err %v", resp, err)
+		}
+		if _, err := io.ReadAtLeast(resp.Body, make([]byte, 64), 1); err != nil {
+			t.Fatal(err)
+		}
+		if simIdle(sv, 1) {
+			t.Fatal("the replica shows nothing running mid-stream")
+		}
+		c.Close()
+		waitInFlight(t, m)
+		waitFor(t, "the replica to abort the request", func() bool { return simIdle(sv, 1) })
+		if n := sv.Stats(0).GenerationTokens - before; n >= uint64(maxTokens) {
+			t.Fatalf("the replica generated all %d tokens of an aborted request", n)
+		}
+	}
+}
+
+func TestSessionHeaderNamesAreCaseInsensitive(t *testing.T) {
+	sv := mustSim(t, 4, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	for i, name := range []string{"X-Claude-Code-Session-Id", "x-claude-code-session-id", "X-CLAUDE-CODE-SESSION-ID", "x-ClAuDe-CoDe-SeSsIoN-iD"} {
+		c := mustDial(t, addr)
+		c.send(t, messagesRequest("", []string{"hi"}, name+": one-session\r\n"))
+		if resp, body := c.response(t); resp.StatusCode != 200 {
+			t.Fatalf("turn %d: status %d body %q", i, resp.StatusCode, body)
+		}
+	}
+	st := m.Status()
+	if placed := placedOn(m); nonZero(placed) != 1 || st.StickyShare != 1 {
+		t.Fatalf("requests per replica %v sticky share %v: one session, four spellings of its header", placed, st.StickyShare)
+	}
+}
+
+func TestVeryLongSessionIDsAreWholeAndStillSticky(t *testing.T) {
+	sv := mustSim(t, 4, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	long := strings.Repeat("0123456789abcdef", 3000) // 48 KB, under the head limit
+	ids := []string{long + "A", long + "B"}          // differ in the last byte only
+	for turn := range 3 {
+		for _, id := range ids {
+			c := mustDial(t, addr)
+			c.send(t, messagesRequest(id, []string{"hi"}, ""))
+			if resp, body := c.response(t); resp.StatusCode != 200 {
+				t.Fatalf("turn %d: status %d body %q", turn, resp.StatusCode, body)
+			}
+		}
+	}
+	placed := placedOn(m)
+	if nonZero(placed) != 2 || m.Status().StickyShare != 1 {
+		t.Fatalf("requests per replica %v: two long ids differing in their last byte must be two sticky sessions", placed)
+	}
+	// Past the head limit it is a 431, not a crash or a truncated id.
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest(strings.Repeat("x", MaxHeadBytes), []string{"hi"}, ""))
+	if resp, _ := c.response(t); resp.StatusCode != 431 {
+		t.Fatalf("status %d, want 431", resp.StatusCode)
+	}
+}
+
+func TestMisbehavingReplicaResponsesGet502OrAreNotReused(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		switch h.Target {
+		case "/upgrade":
+			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+		case "/bad-status":
+			return "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n"
+		case "/cl-and-te":
+			return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+		case "/bare-lf":
+			return "HTTP/1.1 200 OK\nContent-Length: 2\n\nok"
+		case "/extra-bytes":
+			return lengthResponse("ok") + "GARBAGE AFTER THE BODY"
+		}
+		return lengthResponse("fine")
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	for _, path := range []string{"/upgrade", "/bad-status", "/cl-and-te", "/bare-lf"} {
+		c := mustDial(t, addr)
+		c.send(t, rawRequest("GET", path, "", ""))
+		if resp, _ := c.response(t); resp.StatusCode != 502 {
+			t.Errorf("%s: status %d, want 502", path, resp.StatusCode)
+		}
+	}
+	// Bytes after a complete response: the client gets the response, and
+	// that replica connection is never used again (its stream is out of
+	// step), so the next request gets its own answer.
+	c := mustDial(t, addr)
+	for i, want := range []string{"ok", "fine"} {
+		c.send(t, rawRequest("GET", []string{"/extra-bytes", "/x"}[i], "", ""))
+		if resp, body := c.response(t); resp.StatusCode != 200 || body != want {
+			t.Fatalf("request %d: status %d body %q, want %q", i, resp.StatusCode, body, want)
+		}
+	}
+	waitInFlight(t, m)
+}
+
+func TestStalledRequestBodyTimesOutAndReleasesTheRequest(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{BodyTimeout: 300 * time.Millisecond})
+	c := mustDial(t, addr)
+	c.send(t, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+	resp, _ := c.response(t) // and never the rest of the body
+	if resp.StatusCode < 400 || !resp.Close {
+		t.Fatalf("status %d close %v, want an error and close", resp.StatusCode, resp.Close)
+	}
+	if !c.closed() {
+		t.Error("connection left open")
 	}
 	waitInFlight(t, m)
 }
