@@ -600,3 +600,28 @@ func TestStalledRequestBodyTimesOutAndReleasesTheRequest(t *testing.T) {
 	}
 	waitInFlight(t, m)
 }
+
+func TestNonHTTPBytesAreRefusedAtOnceNotAtTheHeadTimeout(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	// A head timeout far beyond the client's patience: an answer must
+	// come from the bytes themselves.
+	_, addr := mustShim(t, m, Options{HeadTimeout: time.Minute})
+	for name, in := range map[string]string{
+		// The start of a TLS 1.2 ClientHello: an https:// client on this port.
+		"tls client hello": "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x5a\x1b",
+		"bare LF lines":    "GET / HTTP/1.1\nHost: x\n",
+		"bare CR lines":    "GET / HTTP/1.1\rHost: x\r",
+		"NUL in a header":  "GET / HTTP/1.1\r\nHost: x\r\nX-A: \x00",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := mustDial(t, addr)
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.send(t, in) // and nothing more, the connection stays open
+			resp, _ := c.response(t)
+			if resp.StatusCode != 400 {
+				t.Fatalf("status %d, want 400", resp.StatusCode)
+			}
+		})
+	}
+}

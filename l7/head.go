@@ -127,18 +127,19 @@ func readRawHead(r io.Reader, pending []byte) (raw, rest []byte, err error) {
 	scanned, checked := 0, 0
 	for {
 		end := headEnd(buf, scanned)
-		// A bare LF ends a line for some parsers and not for others, and
-		// a head of bare-LF lines would never show the CRLFCRLF searched
-		// for: reject it as soon as it arrives instead of waiting for the
-		// head timeout.
+		// Bytes no head may hold are rejected as soon as they arrive,
+		// not at the head timeout: a bare LF or CR (which ends a line for
+		// some parsers and not for others; a head of such lines never
+		// shows the CRLFCRLF searched for) or a control byte (a TLS
+		// ClientHello or other binary sent to this plain-text port).
 		limit := len(buf)
 		if end >= 0 {
 			limit = end
 		}
-		if hasBareLF(buf, checked, limit) {
+		var bad bool
+		if bad, checked = badHeadBytes(buf, checked, limit); bad {
 			return nil, nil, ErrMalformedHead
 		}
-		checked = limit
 		if end >= 0 {
 			if end > MaxHeadBytes {
 				return nil, nil, ErrHeadTooLarge
@@ -172,19 +173,29 @@ func readRawHead(r io.Reader, pending []byte) (raw, rest []byte, err error) {
 	}
 }
 
-// hasBareLF reports whether buf[from:to] holds an LF not preceded by CR.
-func hasBareLF(buf []byte, from, to int) bool {
-	for i := from; i < to; {
-		j := bytes.IndexByte(buf[i:to], '\n')
-		if j < 0 {
-			return false
+// badHeadBytes checks buf[from:to] for bytes a head may not hold: control
+// bytes other than HTAB and CRLF, a bare LF, a bare CR. It returns where
+// the check stopped: a CR at the end of what has arrived is checked again
+// once the byte after it is there.
+func badHeadBytes(buf []byte, from, to int) (bad bool, next int) {
+	for i := from; i < to; i++ {
+		switch c := buf[i]; {
+		case c == '\r':
+			if i+1 == len(buf) {
+				return false, i
+			}
+			if buf[i+1] != '\n' {
+				return true, i
+			}
+		case c == '\n':
+			if i == 0 || buf[i-1] != '\r' {
+				return true, i
+			}
+		case (c < ' ' && c != '\t') || c == 0x7f:
+			return true, i
 		}
-		if i+j == 0 || buf[i+j-1] != '\r' {
-			return true
-		}
-		i += j + 1
 	}
-	return false
+	return false, to
 }
 
 // headEnd returns the length of the head including its final CRLFCRLF, or
