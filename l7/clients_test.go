@@ -167,3 +167,32 @@ func nonZero(xs []uint64) (n int) {
 	}
 	return n
 }
+
+func TestCurlHTTP2AttemptsGetHTTP11OrAFastRefusal(t *testing.T) {
+	curl := mustTool(t, "curl")
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	s, addr := mustShim(t, m, Options{HeadTimeout: time.Minute})
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, curl, append(args, "-sS", "http://"+addr+"/v1/models")...).CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("curl %v hung: %s", args, out)
+		}
+		return string(out), err
+	}
+	// --http2 on http:// asks to upgrade (Upgrade: h2c): the shim drops the
+	// offer and answers in HTTP/1.1.
+	if out, err := run("--http2"); err != nil || !strings.Contains(out, "qwen3-4b") {
+		t.Fatalf("curl --http2: %v %q", err, out)
+	}
+	// Prior knowledge sends the HTTP/2 preface: refused at once (505),
+	// which curl reports as an error, not after the head timeout.
+	if out, err := run("--http2-prior-knowledge"); err == nil {
+		t.Fatalf("curl --http2-prior-knowledge succeeded: %q", out)
+	}
+	if n := s.Stats().Answered[505]; n != 1 {
+		t.Fatalf("answered 505 %d times, want 1", n)
+	}
+}

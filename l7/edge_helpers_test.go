@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,4 +123,38 @@ func (c *client) responseTo(method string) (resp *http.Response, interim []int, 
 		}
 		interim = append(interim, resp.StatusCode)
 	}
+}
+
+// openConns is how many client connections the shim still serves.
+func openConns(s *Shim) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// openSockets counts this process's open sockets (client, shim and
+// replica sides alike, since all three live in the test process). Other
+// descriptors are left out: Go keeps a pool of pipes for splice(2).
+func openSockets(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+// resetClose closes c with a reset instead of a FIN (SO_LINGER 0), as a
+// killed process or a crashed NAT does.
+func resetClose(c *client) {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }

@@ -625,3 +625,53 @@ func TestNonHTTPBytesAreRefusedAtOnceNotAtTheHeadTimeout(t *testing.T) {
 		})
 	}
 }
+
+func TestAbusiveClientsLeaveNothingBehind(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	s, addr := mustShim(t, m, Options{})
+	upAddr := strings.TrimPrefix(sv.URLs()[0], "http://")
+	// Warm up: one exchange, so the pool and the replica's listener are
+	// in their steady state before counting.
+	warm := mustDial(t, addr)
+	warm.send(t, rawRequest("GET", "/health", "Connection: close\r\n", ""))
+	warm.response(t)
+	warm.Close()
+	waitFor(t, "the warm-up connection to end", func() bool { return openConns(s) == 0 })
+	baseline := openSockets(t) - 2*s.pool.Idle(upAddr)
+
+	var clients []*client
+	dial := func() *client { c := mustDial(t, addr); clients = append(clients, c); return c }
+	dial()                                                   // connects and says nothing
+	dial().send(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\n") // half a head
+	dial().send(t, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"mo")
+	dial().send(t, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n400\r\nabc")
+	ka := dial() // an idle keep-alive connection after one exchange
+	ka.send(t, rawRequest("GET", "/health", "", ""))
+	ka.response(t)
+	for range 2 { // streams aborted, with a FIN and with a reset
+		c := dial()
+		c.send(t, messagesRequestN("abuse", []string{"a long story"}, "", 4000))
+		resp, err := readResponse(c)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %v err %v", resp, err)
+		}
+		if _, err := io.ReadAtLeast(resp.Body, make([]byte, 16), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every connection to be served", func() bool { return openConns(s) == len(clients) })
+	for i, c := range clients {
+		if i%2 == 0 {
+			resetClose(c)
+		} else {
+			c.Close()
+		}
+	}
+	waitFor(t, "the shim to drop every client connection", func() bool { return openConns(s) == 0 })
+	waitInFlight(t, m)
+	waitFor(t, "the replica to drop its aborted requests", func() bool { return simIdle(sv, 1) })
+	waitFor(t, "every socket to close", func() bool {
+		return openSockets(t)-2*s.pool.Idle(upAddr) <= baseline
+	})
+}
