@@ -380,6 +380,80 @@ func TestExpectContinueFromHTTP10ClientGetsNoInterimResponse(t *testing.T) {
 	}
 }
 
+func TestHTTP10ClientGetsNoInterimResponseFromTheReplica(t *testing.T) {
+	up := mustScripted(t, func(h *Head, body []byte) string {
+		return "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + lengthResponse("final")
+	})
+	m := mustModel(t, modelConfig(up.url))
+	_, addr := mustShim(t, m, Options{})
+	for _, version := range []string{"HTTP/1.0", "HTTP/1.1"} {
+		c := mustDial(t, addr)
+		c.send(t, "GET / "+version+"\r\nHost: x\r\n\r\n")
+		resp, interim, err := c.responseTo("GET")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", version, resp, err)
+		}
+		if want := version == "HTTP/1.1"; (len(interim) == 1) != want {
+			t.Fatalf("%s: interim responses %v", version, interim)
+		}
+	}
+}
+
+func TestHTTP10KeepAliveClientGetsAStreamEndedByTheClose(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	// It asks to keep the connection, but a chunked stream can only reach
+	// a 1.0 client as data ended by the close: the close must come.
+	req := strings.Replace(messagesRequest("s", []string{"hi"}, "Connection: keep-alive\r\n"), "HTTP/1.1", "HTTP/1.0", 1)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.send(t, req)
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 || !resp.Close || !strings.Contains(body, "event: message_stop") {
+		t.Fatalf("status %d close %v body %q", resp.StatusCode, resp.Close, body)
+	}
+}
+
+func TestReplicaAnswerToAnOversizedBodyReachesTheClient(t *testing.T) {
+	if _, user := defaultDatapath().(*UserPath); !user {
+		// The kernel datapath carries the body in the kernel and does not
+		// read the replica socket when that relay fails: the client gets
+		// a 502 instead of the replica's own error.
+		t.Skip("early answers are relayed by the userspace datapath only")
+	}
+	// A replica with a body limit answers 413 at once and closes without
+	// reading the body (the kernel then resets the connection).
+	early := rawUpstream(t, func(c net.Conn) {
+		readRequestHead(c)
+		io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+	})
+	// The simulator answers 400 after 32 MiB and then closes, draining
+	// for a while: depending on timing, the shim's relay of the rest of
+	// the body fails or completes; either way the client gets the 400.
+	sv := mustSim(t, 1, sim.ShapePorts)
+	for _, tc := range []struct {
+		url, want string
+		status    int
+		size      int
+	}{
+		{early, "too big", 413, 8 << 20},
+		{sv.URLs()[0], "too large", 400, 40 << 20},
+	} {
+		m := mustModel(t, modelConfig(tc.url))
+		_, addr := mustShim(t, m, Options{})
+		body := `{"model":"qwen3-4b","max_tokens":4,` + strings.Repeat(" ", tc.size) + `"messages":[]}`
+		c := mustDial(t, addr)
+		go io.WriteString(c, fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+		resp, got := c.response(t)
+		if resp.StatusCode != tc.status || !strings.Contains(got, tc.want) {
+			t.Fatalf("status %d body %q, want the replica's own %d", resp.StatusCode, got, tc.status)
+		}
+		c.Close()
+		waitInFlight(t, m)
+	}
+}
+
 func TestGetAndHeadPassThroughWithoutBodies(t *testing.T) {
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))

@@ -87,6 +87,14 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
 	}
+	if x.earlyAnswer {
+		// The request ends here; the client's unread body is drained
+		// for a moment so that the close does not reset the answer.
+		s.placer.Done(p, time.Now())
+		released = true
+		lingerClose(client)
+		return false
+	}
 	return s.clientKeepAlive(h, x.Response)
 }
 
@@ -186,7 +194,12 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
 			return 400, err // the client's framing is broken
 		}
-		return 502, err
+		if !s.answeredEarly(x) {
+			return 502, err
+		}
+		// The replica answered before it took the whole body (a body
+		// too large, say) and closed: relay its answer, not a 502.
+		x.earlyAnswer = true
 	}
 	x.Request = h
 
@@ -221,10 +234,11 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		return 502, err
 	}
 	x.Response = resp
-	// An HTTP/1.0 client cannot read chunks: it gets the data, ended by
-	// the close.
-	dechunk := h.Version == "HTTP/1.0" && resp.Framing == FramingChunked
-	keep := s.clientKeepAlive(h, resp) && !dechunk
+	if x.earlyAnswer {
+		resp.Reusable = false // the rest of the request never went there
+	}
+	dechunk := dechunked(h, resp)
+	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
 	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk)); err != nil {
 		watch.stop()
 		return 0, err
@@ -287,7 +301,9 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 		if r.Status == 101 {
 			return nil, ErrBadResponse // no upgrades: Upgrade is never forwarded
 		}
-		if r.Status != 100 { // 100 answers an Expect the shim did not forward
+		// 100 answers an Expect the shim did not forward; an HTTP/1.0
+		// client may not be sent any 1xx (RFC 9110 section 15.2).
+		if r.Status != 100 && x.Request.Version != "HTTP/1.0" {
 			if _, err := x.Client.writeAll(s.opts.BodyTimeout, interimHead(r)); err != nil {
 				return nil, err
 			}
@@ -296,9 +312,43 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 }
 
 // clientKeepAlive decides whether the client connection carries another
-// request after this response.
+// request after this response: not when the body ends with the close
+// (close-delimited, or de-chunked for an HTTP/1.0 client).
 func (s *Shim) clientKeepAlive(h *Head, r *ResponseHead) bool {
-	return h.KeepAlive && r.Framing != FramingClose && !s.closing.Load()
+	return h.KeepAlive && r.Framing != FramingClose && !dechunked(h, r) && !s.closing.Load()
+}
+
+// dechunked reports whether the response body goes to the client as plain
+// data ended by the close: an HTTP/1.0 client cannot read chunks.
+func dechunked(h *Head, r *ResponseHead) bool {
+	return h.Version == "HTTP/1.0" && r.Framing == FramingChunked
+}
+
+// answeredEarly reports whether the replica has sent something (its
+// response, as the relay of the request body failed) that the shim can
+// still read. Only the userspace datapath leaves the replica socket plain
+// to read after a failed request body.
+func (s *Shim) answeredEarly(x *Exchange) bool {
+	if _, user := s.dp.(*UserPath); !user {
+		return false
+	}
+	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+}
+
+// readable reports, without waiting or consuming anything, whether c has
+// bytes to read.
+func readable(c *Conn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait for readiness
+	})
+	return n > 0
 }
 
 // reject answers status on a connection the shim is about to close, then
@@ -323,6 +373,13 @@ func (s *Shim) reject(c *Conn, status int) {
 	if _, err := c.writeAll(time.Second, b); err != nil {
 		return
 	}
+	lingerClose(c)
+}
+
+// lingerClose ends the shim's side of c and drains what the client still
+// sends for a moment: closing with unread data would reset the connection,
+// and a reset can destroy the answer before the client has read it.
+func lingerClose(c *Conn) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.CopyN(io.Discard, c.TCPConn, 256<<10)
