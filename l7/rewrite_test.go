@@ -37,6 +37,15 @@ func TestUpstreamHeadWithoutRankDropsTheClientRankAndAddsHostFor10(t *testing.T)
 	}
 }
 
+func TestUpstreamHeadCarriesOneContentLength(t *testing.T) {
+	h := mustHead(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 007, 7\r\nX-A: 1\r\ncontent-length: 7\r\n\r\n")
+	got := string(upstreamHead(h, -1, "127.0.0.1:8100"))
+	want := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nX-A: 1\r\n\r\n"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 func TestClientResponseHeadSaysCloseWhenTheConnectionEnds(t *testing.T) {
 	raw := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
 	r, err := parseResponseHead([]byte(raw), "POST")
