@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -748,4 +750,63 @@ func TestAbusiveClientsLeaveNothingBehind(t *testing.T) {
 	waitFor(t, "every socket to close", func() bool {
 		return openSockets(t)-2*s.pool.Idle(upAddr) <= baseline
 	})
+}
+
+func TestManyConcurrentClientsAreAllServedAndCounted(t *testing.T) {
+	sv := mustSim(t, 4, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	const clients, turns = 32, 3
+	errs := make(chan error, clients)
+	for k := range clients {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			cl := &client{Conn: c, r: bufio.NewReader(c)}
+			session := fmt.Sprint("concurrent-", k)
+			for turn := range turns {
+				if k%4 == 3 && turn == turns-1 {
+					// A quarter of them leave in the middle of their last stream.
+					io.WriteString(c, messagesRequestN(session, []string{"a long story"}, "", 4000))
+					resp, err := http.ReadResponse(cl.r, nil)
+					if err == nil {
+						_, err = io.ReadAtLeast(resp.Body, make([]byte, 8), 1)
+					}
+					errs <- err
+					return
+				}
+				io.WriteString(c, messagesRequest(session, []string{"turn", fmt.Sprint(turn)}, ""))
+				resp, err := http.ReadResponse(cl.r, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != 200 || !bytes.Contains(b, []byte("message_stop")) {
+					errs <- fmt.Errorf("client %d turn %d: status %d err %v", k, turn, resp.StatusCode, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitInFlight(t, m)
+	waitFor(t, "the replicas to drop the abandoned streams", func() bool { return simIdle(sv, 4) })
+	var placed uint64
+	for _, n := range placedOn(m) {
+		placed += n
+	}
+	if placed != clients*turns {
+		t.Fatalf("placed %d requests, want %d", placed, clients*turns)
+	}
 }
