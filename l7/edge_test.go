@@ -810,3 +810,44 @@ func TestManyConcurrentClientsAreAllServedAndCounted(t *testing.T) {
 		t.Fatalf("placed %d requests, want %d", placed, clients*turns)
 	}
 }
+
+func TestClientThatSendsNoMoreRequestsMayHalfClose(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	// A client that announced its last request (HTTP/1.0, or
+	// Connection: close) and then shuts down its sending side, as
+	// `nc -N` and socat do, still gets its answer: its FIN means "done
+	// sending", not "gone".
+	for _, req := range []string{
+		"GET /v1/models HTTP/1.0\r\n\r\n",
+		rawRequest("GET", "/v1/models", "Connection: close\r\n", ""),
+		strings.Replace(messagesRequest("half", []string{"hi"}, ""), "HTTP/1.1", "HTTP/1.0", 1),
+		messagesRequest("half", []string{"hi"}, "Connection: close\r\n"),
+	} {
+		c := mustDial(t, addr)
+		c.send(t, req)
+		if err := c.Conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := c.response(t)
+		if resp.StatusCode != 200 || !(strings.Contains(body, "qwen3-4b") || strings.Contains(body, "message_stop")) {
+			t.Fatalf("%.40q: status %d body %q", req, resp.StatusCode, body)
+		}
+	}
+	waitInFlight(t, m)
+	// The same client closing for good in the middle of a stream is
+	// still noticed (by the reset its socket answers the next write with).
+	c := mustDial(t, addr)
+	c.send(t, strings.Replace(messagesRequestN("gone", []string{"a long story"}, "", 4000), "HTTP/1.1", "HTTP/1.0", 1))
+	resp, err := readResponse(c)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %v err %v", resp, err)
+	}
+	if _, err := io.ReadAtLeast(resp.Body, make([]byte, 8), 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitInFlight(t, m)
+	waitFor(t, "the replica to drop the stream", func() bool { return simIdle(sv, 1) })
+}

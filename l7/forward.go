@@ -27,7 +27,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Now:          start,
 	})
 	if err == nil && wait != nil {
-		if p, err = s.awaitAdmission(client, wait); errors.Is(err, errClientGone) {
+		if p, err = s.awaitAdmission(client, wait, !h.KeepAlive); errors.Is(err, errClientGone) {
 			return false
 		}
 	}
@@ -108,7 +108,7 @@ const parkedPoll = 50 * time.Millisecond
 // is read from the client meanwhile (its body stays in the socket, and
 // with a peeked head so does the head); its leaving shows in the socket's
 // TCP state.
-func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait) (agent.Placement, error) {
+func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, lastRequest bool) (agent.Placement, error) {
 	s.stats.parked.Add(1)
 	timer := time.NewTimer(s.placer.Admission().Timeout)
 	defer timer.Stop()
@@ -119,7 +119,7 @@ func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait) (agent.Placement, err
 		case <-w.Ready:
 		case <-timer.C:
 		case <-tick.C:
-			if !peerGone(client) {
+			if !peerGone(client, lastRequest) {
 				continue
 			}
 			s.placer.Cancel(w)
@@ -203,7 +203,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	x.Request = h
 
-	watch := watchResponse(client, x.Upstream)
+	watch := watchResponse(client, x.Upstream, !h.KeepAlive)
 	resp, err := s.readResponseHead(x)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
 		// The replica closed a pooled connection instead of answering:
@@ -221,7 +221,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return 502, err
 		}
 		s.stats.replays.Add(1)
-		watch = watchResponse(client, x.Upstream)
+		watch = watchResponse(client, x.Upstream, !h.KeepAlive)
 		resp, err = s.readResponseHead(x)
 	}
 	if err != nil {

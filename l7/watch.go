@@ -2,6 +2,7 @@ package l7
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -21,19 +22,26 @@ import (
 type clientWatch struct {
 	client   *Conn
 	onGone   func()
+	finOK    bool // a FIN is not leaving: see watchResponse
 	done     chan struct{}
 	stopping atomic.Bool
 	gone     atomic.Bool
 	got      []byte
 }
 
-// watchResponse watches while a response is pending.
-func watchResponse(client, upstream *Conn) *clientWatch {
-	return watchClient(client, func() { upstream.Close() })
+// watchResponse watches while a response is pending. lastRequest: the
+// client said this is its last request (HTTP/1.0 without keep-alive, or
+// Connection: close), so it may shut down its sending side and wait for
+// the answer, as `nc -N`, socat and old HTTP/1.0 clients do; its FIN then
+// ends the watch without counting as gone. A client that closed for good
+// answers the shim's next write with a reset, which ends the exchange
+// then (and a reset seen here still counts at once).
+func watchResponse(client, upstream *Conn, lastRequest bool) *clientWatch {
+	return watchClient(client, func() { upstream.Close() }, lastRequest)
 }
 
-func watchClient(client *Conn, onGone func()) *clientWatch {
-	w := &clientWatch{client: client, onGone: onGone, done: make(chan struct{})}
+func watchClient(client *Conn, onGone func(), finOK bool) *clientWatch {
+	w := &clientWatch{client: client, onGone: onGone, finOK: finOK, done: make(chan struct{})}
 	_ = client.SetReadDeadline(time.Time{})
 	go w.run()
 	return w
@@ -48,7 +56,7 @@ func (w *clientWatch) run() {
 		return
 	}
 	var ne net.Error
-	if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) {
+	if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) || (w.finOK && errors.Is(err, io.EOF)) {
 		return
 	}
 	w.gone.Store(true)
@@ -57,10 +65,10 @@ func (w *clientWatch) run() {
 
 // peerGone reports, without reading anything, whether the client has
 // closed or reset its connection: the socket has left ESTABLISHED (FIN
-// received: CLOSE_WAIT; reset: CLOSE). Used while a request is parked,
-// when its body (or, with a peeked head, the head itself) must stay
-// unread in the socket.
-func peerGone(c *Conn) bool {
+// received: CLOSE_WAIT; reset: CLOSE), or with finOK (see watchResponse)
+// only a reset. Used while a request is parked, when its body (or, with a
+// peeked head, the head itself) must stay unread in the socket.
+func peerGone(c *Conn, finOK bool) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return true
@@ -68,13 +76,23 @@ func peerGone(c *Conn) bool {
 	gone := false
 	_ = rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		gone = err != nil || info.State != tcpEstablished
+		switch {
+		case err != nil:
+			gone = true
+		case finOK: // only a reset is leaving (see watchResponse)
+			gone = info.State == tcpClose
+		default:
+			gone = info.State != tcpEstablished
+		}
 	})
 	return gone
 }
 
-// tcpEstablished is TCP_ESTABLISHED of include/net/tcp_states.h.
-const tcpEstablished = 1
+// TCP states of include/net/tcp_states.h.
+const (
+	tcpEstablished = 1
+	tcpClose       = 7
+)
 
 // stop ends the watch and reports whether the client went away. Bytes the
 // watch read are appended to the client's Pending.
