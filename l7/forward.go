@@ -27,7 +27,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Now:          start,
 	})
 	if err == nil && wait != nil {
-		if p, err = s.awaitAdmission(client, wait, !h.KeepAlive); errors.Is(err, errClientGone) {
+		if p, err = s.awaitAdmission(client, wait, h.Version == "HTTP/1.0" && !h.KeepAlive); errors.Is(err, errClientGone) {
 			return false
 		}
 	}
@@ -203,8 +203,8 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	x.Request = h
 
-	watch := watchResponse(client, x.Upstream, !h.KeepAlive)
-	resp, err := s.readResponseHead(x)
+	watch := watchResponse(client, x.Upstream, h)
+	resp, err := s.readResponseHead(x, watch)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
 		// The replica closed a pooled connection instead of answering:
 		// it was closing it as idle when the request arrived and never
@@ -221,8 +221,8 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return 502, err
 		}
 		s.stats.replays.Add(1)
-		watch = watchResponse(client, x.Upstream, !h.KeepAlive)
-		resp, err = s.readResponseHead(x)
+		watch = watchResponse(client, x.Upstream, h)
+		resp, err = s.readResponseHead(x, watch)
 	}
 	if err != nil {
 		if watch.stop() {
@@ -239,7 +239,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	dechunk := dechunked(h, resp)
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
-	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk)); err != nil {
+	if err := watch.writeHead(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk), true); err != nil {
 		watch.stop()
 		return 0, err
 	}
@@ -277,7 +277,7 @@ var (
 // to the client, within ResponseTimeout (prefill of a long prompt on a
 // loaded replica can take a while, so it is generous, but a dead replica
 // must not hold a client forever).
-func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
+func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead, error) {
 	up := x.Upstream
 	deadline := time.Now().Add(s.opts.ResponseTimeout)
 	for {
@@ -304,7 +304,7 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 		// 100 answers an Expect the shim did not forward; an HTTP/1.0
 		// client may not be sent any 1xx (RFC 9110 section 15.2).
 		if r.Status != 100 && x.Request.Version != "HTTP/1.0" {
-			if _, err := x.Client.writeAll(s.opts.BodyTimeout, interimHead(r)); err != nil {
+			if err := watch.writeHead(s.opts.BodyTimeout, interimHead(r), false); err != nil {
 				return nil, err
 			}
 		}
