@@ -888,3 +888,26 @@ func TestClientsClosingForGoodAreStillNoticed(t *testing.T) {
 		waitFor(t, "the replica to drop the stream", func() bool { return simIdle(sv, 1) })
 	}
 }
+
+func TestRefusedConnectsAreRetriedOnceThen502(t *testing.T) {
+	m := mustModel(t, modelConfig(deadURL(t), deadURL(t), deadURL(t)))
+	s, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest("s", []string{"hi"}, ""))
+	resp, _ := c.response(t)
+	if resp.StatusCode != 502 || !resp.Close {
+		t.Fatalf("status %d close %v, want 502 and close", resp.StatusCode, resp.Close)
+	}
+	c.Close() // ends the shim's drain
+	if n := s.Stats().Retries; n != 1 {
+		t.Fatalf("retries %d, want exactly one", n)
+	}
+	var retried uint64
+	for _, r := range m.Status().Replicas {
+		retried += r.RetriedAway
+	}
+	if retried != 1 {
+		t.Fatalf("retried away %d, want 1", retried)
+	}
+	waitInFlight(t, m)
+}
