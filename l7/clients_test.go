@@ -64,6 +64,14 @@ func TestOpenAISDKStreamsAConversationThroughTheShim(t *testing.T) {
 	}
 	waitInFlight(t, m) // the script's abort included
 	waitFor(t, "the aborted request to leave the replica", func() bool { return simIdle(sv, 4) })
+	var generated uint64
+	for i := range 4 {
+		generated += sv.Stats(i).GenerationTokens
+	}
+	// Four turns of at most 16 tokens, and the aborted stream of 20000.
+	if generated >= 4*16+20000 {
+		t.Errorf("the replicas generated %d tokens: the aborted stream ran to its end", generated)
+	}
 	st := m.Status()
 	if st.StickyShare != 1 {
 		t.Errorf("sticky share %v, want 1", st.StickyShare)
