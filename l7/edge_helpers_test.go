@@ -132,6 +132,22 @@ func openConns(s *Shim) int {
 	return len(s.conns)
 }
 
+// stillServed names, by their index in clients, the client connections the
+// shim still serves (for a failure message).
+func stillServed(s *Shim, clients []*client) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for c := range s.conns {
+		for i, cl := range clients {
+			if cl.LocalAddr().String() == c.RemoteAddr().String() {
+				out = append(out, fmt.Sprint(i))
+			}
+		}
+	}
+	return "clients " + strings.Join(out, ", ")
+}
+
 // openSockets counts this process's open sockets (client, shim and
 // replica sides alike, since all three live in the test process). Other
 // descriptors are left out: Go keeps a pool of pipes for splice(2).

@@ -744,7 +744,11 @@ func TestAbusiveClientsLeaveNothingBehind(t *testing.T) {
 			c.Close()
 		}
 	}
-	waitFor(t, "the shim to drop every client connection", func() bool { return openConns(s) == 0 })
+	for deadline := time.Now().Add(10 * time.Second); openConns(s) != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shim still serves %s (in the order dialled) after they closed", stillServed(s, clients))
+		}
+	}
 	waitInFlight(t, m)
 	waitFor(t, "the replica to drop its aborted requests", func() bool { return simIdle(sv, 1) })
 	waitFor(t, "every socket to close", func() bool {
