@@ -24,41 +24,35 @@ import (
 // EOF is a FIN, which a client sends when it closes its socket but also
 // when it only shuts down its sending side and waits for the answer
 // (`nc -N`, socat, scripts that call shutdown(SHUT_WR)). Only a write
-// tells them apart: a closed socket answers data with a reset. So:
-//   - an HTTP/1.1 client whose response head has not been written yet is
-//     sent "100 Continue" (every HTTP/1.1 client must accept an
-//     unexpected 1xx) and is gone if its socket answers with a reset;
-//     without one it half-closed and is served;
-//   - an HTTP/1.0 client cannot be sent a 1xx: one that announced its
-//     last request (no keep-alive) may half-close, its FIN ends the watch,
-//     and if it did close for good the shim's next write meets the reset
-//     and ends the exchange then (after the replica's prefill);
-//   - once the response head is written, the response's own bytes are
-//     the probe: a client that closed for good answers them with a reset
-//     (a streamed response writes every few milliseconds);
-//   - otherwise (an HTTP/1.0 keep-alive client before its response) a
-//     FIN is leaving.
+// tells them apart: a closed socket answers data with a reset. So after
+// a FIN the watch waits for a reset (polling the socket's TCP state) until
+// the exchange ends: the response's own writes draw it from a client that
+// closed for good, and an HTTP/1.1 client whose response head has not
+// gone out yet is sent "100 Continue" at once to draw it (every HTTP/1.1
+// client must accept an unexpected 1xx), so that a client that left
+// during the replica's prefill is noticed then, not at its first token.
+// A client that half-closed draws no reset and gets its whole answer.
 type clientWatch struct {
 	client   *Conn
 	onGone   func()
-	finOK    bool // a FIN is not leaving (HTTP/1.0, last request)
 	probeOK  bool // a FIN may be probed with 100 Continue (HTTP/1.1)
 	done     chan struct{}
+	stopped  chan struct{} // closed by stop: wakes waitReset
 	stopping atomic.Bool
 	gone     atomic.Bool
 	got      []byte
 
-	mu       sync.Mutex // serialises the probe with the shim's writes of heads
-	headSent bool       // the final response head is on its way: no 1xx any more
+	mu        sync.Mutex // serialises the probe with the shim's writes of heads
+	headSent  bool       // the final response head is on its way: no 1xx any more
+	probeSent bool       // the 100 Continue probe went out
 }
 
 // watchResponse watches while the response to h is pending.
 func watchResponse(client, upstream *Conn, h *Head) *clientWatch {
 	w := &clientWatch{
 		client: client, onGone: func() { upstream.Close() },
-		finOK:   h.Version == "HTTP/1.0" && !h.KeepAlive,
 		probeOK: h.Version == "HTTP/1.1",
-		done:    make(chan struct{}),
+		done:    make(chan struct{}), stopped: make(chan struct{}),
 	}
 	_ = client.SetReadDeadline(time.Time{})
 	go w.run()
@@ -66,7 +60,7 @@ func watchResponse(client, upstream *Conn, h *Head) *clientWatch {
 }
 
 // writeHead writes a response head to the client, never in the middle of
-// a probe; final marks the final head (no probe after it).
+// a probe; final marks the final head, after which no 1xx may follow.
 func (w *clientWatch) writeHead(idle time.Duration, b []byte, final bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -87,53 +81,44 @@ func (w *clientWatch) run() {
 	if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
-	if errors.Is(err, io.EOF) && (w.finOK || w.halfClosed()) {
-		return
+	if errors.Is(err, io.EOF) && !w.waitReset() {
+		return // half-closed: served to the end
 	}
 	w.gone.Store(true)
 	w.onGone()
 }
 
-// probeWait bounds how long a probed client may take to answer with a
-// reset: one round trip, generously.
+// Polling the TCP state of a client that sent its FIN: soon at first (a
+// client that left answers the probe within a round trip), then sparser.
 const (
-	probeWait = time.Second
-	probePoll = 5 * time.Millisecond
+	resetPollMin = 2 * time.Millisecond
+	resetPollMax = 100 * time.Millisecond
 )
 
-// halfClosed decides what a client's FIN means (see clientWatch): true if
-// it only shut down its sending side (no reset answers the probe, or the
-// response's own writes, within probeWait), false if it closed its
-// socket or cannot be probed.
-func (w *clientWatch) halfClosed() bool {
+// waitReset waits, after a client's FIN, until its socket answers a write
+// with a reset (true: it closed for good) or the exchange ends (false).
+func (w *clientWatch) waitReset() bool {
 	w.mu.Lock()
-	if !w.headSent {
-		if !w.probeOK {
-			w.mu.Unlock()
-			return false
-		}
-		_, err := w.client.writeAll(probeWait, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
-		if err != nil {
-			w.mu.Unlock()
-			return false
-		}
+	if !w.headSent && w.probeOK && !w.probeSent {
+		w.probeSent = true
+		_, _ = w.client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
 	}
 	w.mu.Unlock()
-	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); time.Sleep(probePoll) {
-		if w.stopping.Load() {
-			return true // the exchange ended meanwhile: nothing to abort
-		}
+	for pause := resetPollMin; ; pause = min(2*pause, resetPollMax) {
 		if peerGone(w.client, true) {
+			return true
+		}
+		select {
+		case <-w.stopped:
 			return false
+		case <-time.After(pause):
 		}
 	}
-	return true
 }
 
 // peerGone reports, without reading anything, whether the client has
 // closed or reset its connection: the socket has left ESTABLISHED (FIN
-// received: CLOSE_WAIT; reset: CLOSE), or with finOK (see watchResponse)
-// only a reset. Used while a request is parked, when its body (or, with a
+// received: CLOSE_WAIT; reset: CLOSE), or with finOK only a reset. Used while a request is parked, when its body (or, with a
 // peeked head, the head itself) must stay unread in the socket.
 func peerGone(c *Conn, finOK bool) bool {
 	rc, err := c.SyscallConn()
@@ -164,7 +149,9 @@ const (
 // stop ends the watch and reports whether the client went away. Bytes the
 // watch read are appended to the client's Pending.
 func (w *clientWatch) stop() (clientGone bool) {
-	w.stopping.Store(true)
+	if w.stopping.CompareAndSwap(false, true) {
+		close(w.stopped)
+	}
 	_ = w.client.SetReadDeadline(time.Unix(1, 0))
 	<-w.done
 	_ = w.client.SetReadDeadline(time.Time{})
