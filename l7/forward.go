@@ -27,7 +27,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Now:          start,
 	})
 	if err == nil && wait != nil {
-		if p, err = s.awaitAdmission(client, wait, h.Version == "HTTP/1.0" && !h.KeepAlive); errors.Is(err, errClientGone) {
+		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
 			return false
 		}
 	}
@@ -107,19 +107,27 @@ const parkedPoll = 50 * time.Millisecond
 // (errClientGone: the request is cancelled, nothing is answered). Nothing
 // is read from the client meanwhile (its body stays in the socket, and
 // with a peeked head so does the head); its leaving shows in the socket's
-// TCP state.
-func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, lastRequest bool) (agent.Placement, error) {
+// TCP state. As with a pending response (see clientWatch), a FIN is not
+// leaving by itself: the client may only have half-closed. An HTTP/1.1
+// client is sent "100 Continue" then, which a closed socket answers with
+// a reset; an HTTP/1.0 one is found out when its answer is written.
+func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Placement, error) {
 	s.stats.parked.Add(1)
 	timer := time.NewTimer(s.placer.Admission().Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(parkedPoll)
 	defer tick.Stop()
+	probed := false
 	for {
 		select {
 		case <-w.Ready:
 		case <-timer.C:
 		case <-tick.C:
-			if !peerGone(client, lastRequest) {
+			if !probed && h.Version == "HTTP/1.1" && peerGone(client, false) {
+				probed = true
+				_, _ = client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+			}
+			if !peerGone(client, true) {
 				continue
 			}
 			s.placer.Cancel(w)

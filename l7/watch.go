@@ -118,9 +118,8 @@ func (w *clientWatch) waitReset() bool {
 
 // peerGone reports, without reading anything, whether the client has
 // closed or reset its connection: the socket has left ESTABLISHED (FIN
-// received: CLOSE_WAIT; reset: CLOSE), or with finOK only a reset. Used while a request is parked, when its body (or, with a
-// peeked head, the head itself) must stay unread in the socket.
-func peerGone(c *Conn, finOK bool) bool {
+// received: CLOSE_WAIT; reset: CLOSE), or with resetOnly only a reset.
+func peerGone(c *Conn, resetOnly bool) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return true
@@ -131,7 +130,7 @@ func peerGone(c *Conn, finOK bool) bool {
 		switch {
 		case err != nil:
 			gone = true
-		case finOK: // only a reset is leaving (see watchResponse)
+		case resetOnly:
 			gone = info.State == tcpClose
 		default:
 			gone = info.State != tcpEstablished
