@@ -915,3 +915,20 @@ func TestRefusedConnectsAreRetriedOnceThen502(t *testing.T) {
 	}
 	waitInFlight(t, m)
 }
+
+func TestTheShimsOwnAnswerToHEADHasNoBody(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	m.SetHealthy(0, false)
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, rawRequest("HEAD", "/v1/models", "", ""))
+	resp, _, err := c.responseTo("HEAD")
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("status %v err %v, want 503", resp, err)
+	}
+	// Nothing may follow the head: the next bytes are the close.
+	if rest, err := io.ReadAll(c.r); err != nil || len(rest) != 0 {
+		t.Fatalf("%q after the head of an answer to HEAD (err %v)", rest, err)
+	}
+}

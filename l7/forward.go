@@ -33,10 +33,10 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	}
 	if err != nil {
 		if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
-			s.reject(client, 503)
+			s.reject(client, 503, h)
 		} else {
 			s.log.Warn("placement failed", "err", err)
-			s.reject(client, 502)
+			s.reject(client, 502, h)
 		}
 		return false
 	}
@@ -53,7 +53,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	up, reused, err := s.connect(&p, &released)
 	if err != nil {
 		s.log.Warn("upstream connect failed", "replica", p.Replica, "err", err)
-		s.reject(client, 502)
+		s.reject(client, 502, h)
 		return false
 	}
 	x := &Exchange{
@@ -67,7 +67,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 			up.Close()
 		}
 		if status != 0 {
-			s.reject(client, status)
+			s.reject(client, status, h)
 		}
 		// Replica trouble is worth a warning; a client that left is not.
 		level := slog.LevelDebug
@@ -362,7 +362,9 @@ func readable(c *Conn) bool {
 // reject answers status on a connection the shim is about to close, then
 // drains what the client still sends for a moment, so that closing with
 // unread data does not reset the connection before the answer is read.
-func (s *Shim) reject(c *Conn, status int) {
+// h is the request answered, nil when its head could not be read; the
+// answer to a HEAD request has no body.
+func (s *Shim) reject(c *Conn, status int, h *Head) {
 	s.stats.countStatus(status)
 	text := statusText(status)
 	b := make([]byte, 0, 192)
@@ -376,8 +378,10 @@ func (s *Shim) reject(c *Conn, status int) {
 	}
 	b = appendHeader(b, "Content-Length", strconv.Itoa(len(text)+1))
 	b = append(b, "\r\n"...)
-	b = append(b, text...)
-	b = append(b, '\n')
+	if h == nil || h.Method != "HEAD" {
+		b = append(b, text...)
+		b = append(b, '\n')
+	}
 	if _, err := c.writeAll(time.Second, b); err != nil {
 		return
 	}

@@ -193,7 +193,7 @@ func (s *Shim) serveConn(c *Conn) {
 		if err != nil {
 			if status := HeadErrorStatus(err); status != 0 {
 				s.log.Debug("bad request head", "status", status, "err", err)
-				s.reject(c, status)
+				s.reject(c, status, nil)
 			}
 			return
 		}
