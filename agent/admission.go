@@ -139,7 +139,7 @@ func (m *Model) maybePark(r Request) (*Wait, error) {
 	if s != nil && (s.live > 0 || s.inflight > 0) {
 		return nil, nil // a live session is never parked
 	}
-	prompt := float64(r.PromptBytes) / bytesPerToken
+	prompt := m.promptTokens(r)
 	if len(m.peer.parked) == 0 {
 		for i := range m.reps {
 			if m.reps[i].healthy && m.admits(s, i, prompt) {

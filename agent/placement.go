@@ -141,6 +141,24 @@ const maxAutoSpill = 256
 // of English text and code run at about 4 bytes a token).
 const bytesPerToken = 4
 
+// promptTokens is r's prompt size in tokens, from its Content-Length,
+// capped at the largest replica's KV capacity (call with m.mu held). The
+// length is the client's word, known before a byte of body arrives: a
+// client that announces 10^18 bytes and closes must not make its session
+// look larger than any cache (every replica "full" for admission, every
+// other session's cache "evicted", the auto spill threshold at its floor).
+// No replica can serve a prompt larger than its cache anyway.
+func (m *Model) promptTokens(r Request) float64 {
+	if r.PromptBytes <= 0 {
+		return 0
+	}
+	largest := 0.0
+	for i := range m.reps {
+		largest = max(largest, m.capacity(i))
+	}
+	return min(float64(r.PromptBytes)/bytesPerToken, largest)
+}
+
 // Place chooses a replica for one request and counts it in flight. The rule:
 //   - a client-pinned header naming a valid, healthy replica wins (counted
 //     client_pinned); an invalid one is ignored, counted, and routing goes on;
@@ -159,7 +177,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 	now := r.Now.UnixNano()
 	m.sessions.sweep(now, sweepPerPlace)
 	if r.PromptBytes > 0 {
-		tokens := float64(r.PromptBytes) / bytesPerToken
+		tokens := m.promptTokens(r)
 		if m.meanPromptTokens == 0 {
 			m.meanPromptTokens = tokens
 		} else {

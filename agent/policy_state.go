@@ -192,7 +192,7 @@ func isPeerPolicy(p Policy) bool {
 func (m *Model) pickPeer(p Policy, h uint64, r Request) int {
 	now := r.Now.UnixNano()
 	m.peerSweep(now, peerSweepStep)
-	prompt := float64(r.PromptBytes) / bytesPerToken
+	prompt := m.promptTokens(r)
 	var s *peerSession
 	if h != 0 {
 		s = m.peer.sessions[h]

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -77,4 +78,22 @@ func TestFullAdmissionQueueGets503WithRetryAfter(t *testing.T) {
 	}
 	first.Close()
 	waitParked(t, m, 0)
+}
+
+func TestHalfClosedClientStaysParkedAndIsAnswered(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustFullModel(t, sv.URLs()[0], 4, 300*time.Millisecond)
+	_, addr := mustShim(t, m, Options{})
+	c := mustDial(t, addr)
+	c.send(t, messagesRequest("half-parked", []string{"hello"}, ""))
+	if err := c.Conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, _, err := c.responseTo("POST") // after the probe's 100 Continue
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %v err %v: a half-closed client's parked request was dropped", resp, err)
+	}
+	if m.AdmissionStats().TimedOut != 1 {
+		t.Fatalf("timed out %d, want 1: it must have waited parked", m.AdmissionStats().TimedOut)
+	}
 }

@@ -20,6 +20,10 @@ type Exchange struct {
 
 	// Filled in by the datapath: body bytes it moved each way.
 	BodyBytesUp, BodyBytesDown int64
+
+	// earlyAnswer: the replica answered before it took the whole request
+	// body; the client connection closes after that answer.
+	earlyAnswer bool
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The

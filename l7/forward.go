@@ -27,16 +27,16 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Now:          start,
 	})
 	if err == nil && wait != nil {
-		if p, err = s.awaitAdmission(client, wait); errors.Is(err, errClientGone) {
+		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
 			return false
 		}
 	}
 	if err != nil {
 		if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
-			s.reject(client, 503)
+			s.reject(client, 503, h)
 		} else {
 			s.log.Warn("placement failed", "err", err)
-			s.reject(client, 502)
+			s.reject(client, 502, h)
 		}
 		return false
 	}
@@ -53,7 +53,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	up, reused, err := s.connect(&p, &released)
 	if err != nil {
 		s.log.Warn("upstream connect failed", "replica", p.Replica, "err", err)
-		s.reject(client, 502)
+		s.reject(client, 502, h)
 		return false
 	}
 	x := &Exchange{
@@ -67,7 +67,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 			up.Close()
 		}
 		if status != 0 {
-			s.reject(client, status)
+			s.reject(client, status, h)
 		}
 		// Replica trouble is worth a warning; a client that left is not.
 		level := slog.LevelDebug
@@ -87,6 +87,14 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("request", s.logAttrs(x, p, x.Response.Status, start, nil)...)
 	}
+	if x.earlyAnswer {
+		// The request ends here; the client's unread body is drained
+		// for a moment so that the close does not reset the answer.
+		s.placer.Done(p, time.Now())
+		released = true
+		lingerClose(client)
+		return false
+	}
 	return s.clientKeepAlive(h, x.Response)
 }
 
@@ -99,19 +107,27 @@ const parkedPoll = 50 * time.Millisecond
 // (errClientGone: the request is cancelled, nothing is answered). Nothing
 // is read from the client meanwhile (its body stays in the socket, and
 // with a peeked head so does the head); its leaving shows in the socket's
-// TCP state.
-func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait) (agent.Placement, error) {
+// TCP state. As with a pending response (see clientWatch), a FIN is not
+// leaving by itself: the client may only have half-closed. An HTTP/1.1
+// client is sent "100 Continue" then, which a closed socket answers with
+// a reset; an HTTP/1.0 one is found out when its answer is written.
+func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Placement, error) {
 	s.stats.parked.Add(1)
 	timer := time.NewTimer(s.placer.Admission().Timeout)
 	defer timer.Stop()
 	tick := time.NewTicker(parkedPoll)
 	defer tick.Stop()
+	probed := false
 	for {
 		select {
 		case <-w.Ready:
 		case <-timer.C:
 		case <-tick.C:
-			if !peerGone(client) {
+			if !probed && h.Version == "HTTP/1.1" && peerGone(client, false) {
+				probed = true
+				_, _ = client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+			}
+			if !peerGone(client, true) {
 				continue
 			}
 			s.placer.Cancel(w)
@@ -186,12 +202,17 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
 			return 400, err // the client's framing is broken
 		}
-		return 502, err
+		if !s.answeredEarly(x) {
+			return 502, err
+		}
+		// The replica answered before it took the whole body (a body
+		// too large, say) and closed: relay its answer, not a 502.
+		x.earlyAnswer = true
 	}
 	x.Request = h
 
-	watch := watchResponse(client, x.Upstream)
-	resp, err := s.readResponseHead(x)
+	watch := watchResponse(client, x.Upstream, h)
+	resp, err := s.readResponseHead(x, watch)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
 		// The replica closed a pooled connection instead of answering:
 		// it was closing it as idle when the request arrived and never
@@ -208,8 +229,8 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return 502, err
 		}
 		s.stats.replays.Add(1)
-		watch = watchResponse(client, x.Upstream)
-		resp, err = s.readResponseHead(x)
+		watch = watchResponse(client, x.Upstream, h)
+		resp, err = s.readResponseHead(x, watch)
 	}
 	if err != nil {
 		if watch.stop() {
@@ -221,11 +242,12 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		return 502, err
 	}
 	x.Response = resp
-	// An HTTP/1.0 client cannot read chunks: it gets the data, ended by
-	// the close.
-	dechunk := h.Version == "HTTP/1.0" && resp.Framing == FramingChunked
-	keep := s.clientKeepAlive(h, resp) && !dechunk
-	if _, err := client.writeAll(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk)); err != nil {
+	if x.earlyAnswer {
+		resp.Reusable = false // the rest of the request never went there
+	}
+	dechunk := dechunked(h, resp)
+	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
+	if err := watch.writeHead(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk), true); err != nil {
 		watch.stop()
 		return 0, err
 	}
@@ -263,7 +285,7 @@ var (
 // to the client, within ResponseTimeout (prefill of a long prompt on a
 // loaded replica can take a while, so it is generous, but a dead replica
 // must not hold a client forever).
-func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
+func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead, error) {
 	up := x.Upstream
 	deadline := time.Now().Add(s.opts.ResponseTimeout)
 	for {
@@ -287,8 +309,10 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 		if r.Status == 101 {
 			return nil, ErrBadResponse // no upgrades: Upgrade is never forwarded
 		}
-		if r.Status != 100 { // 100 answers an Expect the shim did not forward
-			if _, err := x.Client.writeAll(s.opts.BodyTimeout, interimHead(r)); err != nil {
+		// 100 answers an Expect the shim did not forward; an HTTP/1.0
+		// client may not be sent any 1xx (RFC 9110 section 15.2).
+		if r.Status != 100 && x.Request.Version != "HTTP/1.0" {
+			if err := watch.writeHead(s.opts.BodyTimeout, interimHead(r), false); err != nil {
 				return nil, err
 			}
 		}
@@ -296,15 +320,51 @@ func (s *Shim) readResponseHead(x *Exchange) (*ResponseHead, error) {
 }
 
 // clientKeepAlive decides whether the client connection carries another
-// request after this response.
+// request after this response: not when the body ends with the close
+// (close-delimited, or de-chunked for an HTTP/1.0 client).
 func (s *Shim) clientKeepAlive(h *Head, r *ResponseHead) bool {
-	return h.KeepAlive && r.Framing != FramingClose && !s.closing.Load()
+	return h.KeepAlive && r.Framing != FramingClose && !dechunked(h, r) && !s.closing.Load()
+}
+
+// dechunked reports whether the response body goes to the client as plain
+// data ended by the close: an HTTP/1.0 client cannot read chunks.
+func dechunked(h *Head, r *ResponseHead) bool {
+	return h.Version == "HTTP/1.0" && r.Framing == FramingChunked
+}
+
+// answeredEarly reports whether the replica has sent something (its
+// response, as the relay of the request body failed) that the shim can
+// still read. Only the userspace datapath leaves the replica socket plain
+// to read after a failed request body.
+func (s *Shim) answeredEarly(x *Exchange) bool {
+	if _, user := s.dp.(*UserPath); !user {
+		return false
+	}
+	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+}
+
+// readable reports, without waiting or consuming anything, whether c has
+// bytes to read.
+func readable(c *Conn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait for readiness
+	})
+	return n > 0
 }
 
 // reject answers status on a connection the shim is about to close, then
 // drains what the client still sends for a moment, so that closing with
 // unread data does not reset the connection before the answer is read.
-func (s *Shim) reject(c *Conn, status int) {
+// h is the request answered, nil when its head could not be read; the
+// answer to a HEAD request has no body.
+func (s *Shim) reject(c *Conn, status int, h *Head) {
 	s.stats.countStatus(status)
 	text := statusText(status)
 	b := make([]byte, 0, 192)
@@ -318,11 +378,20 @@ func (s *Shim) reject(c *Conn, status int) {
 	}
 	b = appendHeader(b, "Content-Length", strconv.Itoa(len(text)+1))
 	b = append(b, "\r\n"...)
-	b = append(b, text...)
-	b = append(b, '\n')
+	if h == nil || h.Method != "HEAD" {
+		b = append(b, text...)
+		b = append(b, '\n')
+	}
 	if _, err := c.writeAll(time.Second, b); err != nil {
 		return
 	}
+	lingerClose(c)
+}
+
+// lingerClose ends the shim's side of c and drains what the client still
+// sends for a moment: closing with unread data would reset the connection,
+// and a reset can destroy the answer before the client has read it.
+func lingerClose(c *Conn) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.CopyN(io.Discard, c.TCPConn, 256<<10)
@@ -342,6 +411,8 @@ func statusText(code int) string {
 		return "Service Unavailable"
 	case 504:
 		return "Gateway Timeout"
+	case 505:
+		return "HTTP Version Not Supported"
 	}
 	return "Error"
 }

@@ -76,6 +76,7 @@ var (
 	ErrHeadTooLarge  = errors.New("l7: request head too large")            // 431
 	ErrHeadTimeout   = errors.New("l7: request head not received in time") // 408
 	ErrBadFraming    = errors.New("l7: ambiguous or invalid body framing") // 400, a smuggling guard
+	ErrHTTPVersion   = errors.New("l7: HTTP version not supported")        // 505 (an HTTP/2 preface, say)
 )
 
 // HeadErrorStatus maps a ReadHead error to the HTTP status the shim answers
@@ -88,6 +89,8 @@ func HeadErrorStatus(err error) int {
 		return 408
 	case errors.Is(err, ErrMalformedHead), errors.Is(err, ErrBadFraming):
 		return 400
+	case errors.Is(err, ErrHTTPVersion):
+		return 505
 	}
 	return 0
 }
@@ -121,9 +124,23 @@ func ReadHead(r io.Reader, pending []byte) (h *Head, rest []byte, err error) {
 // response heads.
 func readRawHead(r io.Reader, pending []byte) (raw, rest []byte, err error) {
 	buf := pending
-	scanned := 0
+	scanned, checked := 0, 0
 	for {
-		if end := headEnd(buf, scanned); end >= 0 {
+		end := headEnd(buf, scanned)
+		// Bytes no head may hold are rejected as soon as they arrive,
+		// not at the head timeout: a bare LF or CR (which ends a line for
+		// some parsers and not for others; a head of such lines never
+		// shows the CRLFCRLF searched for) or a control byte (a TLS
+		// ClientHello or other binary sent to this plain-text port).
+		limit := len(buf)
+		if end >= 0 {
+			limit = end
+		}
+		var bad bool
+		if bad, checked = badHeadBytes(buf, checked, limit); bad {
+			return nil, nil, ErrMalformedHead
+		}
+		if end >= 0 {
 			if end > MaxHeadBytes {
 				return nil, nil, ErrHeadTooLarge
 			}
@@ -154,6 +171,31 @@ func readRawHead(r io.Reader, pending []byte) (raw, rest []byte, err error) {
 			return nil, nil, rerr
 		}
 	}
+}
+
+// badHeadBytes checks buf[from:to] for bytes a head may not hold: control
+// bytes other than HTAB and CRLF, a bare LF, a bare CR. It returns where
+// the check stopped: a CR at the end of what has arrived is checked again
+// once the byte after it is there.
+func badHeadBytes(buf []byte, from, to int) (bad bool, next int) {
+	for i := from; i < to; i++ {
+		switch c := buf[i]; {
+		case c == '\r':
+			if i+1 == len(buf) {
+				return false, i
+			}
+			if buf[i+1] != '\n' {
+				return true, i
+			}
+		case c == '\n':
+			if i == 0 || buf[i-1] != '\r' {
+				return true, i
+			}
+		case (c < ' ' && c != '\t') || c == 0x7f:
+			return true, i
+		}
+	}
+	return false, to
 }
 
 // headEnd returns the length of the head including its final CRLFCRLF, or
@@ -224,12 +266,34 @@ func parseRequestLine(line string, h *Head) error {
 			return ErrMalformedHead
 		}
 	}
-	if version != "HTTP/1.1" && version != "HTTP/1.0" {
-		return ErrMalformedHead
+	version, err := requestVersion(version)
+	if err != nil {
+		return err
 	}
 	h.Method, h.Target, h.Version = method, target, version
 	return nil
 }
+
+// requestVersion checks the HTTP-version of a request line. HTTP/1.0 and
+// HTTP/1.1 are spoken; a later 1.x minor is served as 1.1 (RFC 9112
+// section 2.3); another major version, such as the HTTP/2 connection
+// preface "PRI * HTTP/2.0", is well formed but not spoken here (505).
+func requestVersion(v string) (string, error) {
+	switch {
+	case v == "HTTP/1.1" || v == "HTTP/1.0":
+		return v, nil
+	case len(v) == len("HTTP/1.1") && strings.HasPrefix(v, "HTTP/") && isDigit(v[5]) && v[6] == '.' && isDigit(v[7]):
+		if v[5] == '1' {
+			return "HTTP/1.1", nil
+		}
+		return "", ErrHTTPVersion
+	case len(v) == len("HTTP/2") && strings.HasPrefix(v, "HTTP/") && isDigit(v[5]) && v[5] != '1':
+		return "", ErrHTTPVersion
+	}
+	return "", ErrMalformedHead
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func parseHeaderLine(line string) (Header, error) {
 	if line == "" || line[0] == ' ' || line[0] == '\t' {
@@ -276,7 +340,9 @@ func (h *Head) interpret() error {
 			if !strings.EqualFold(f.Value, "100-continue") {
 				return ErrMalformedHead
 			}
-			h.ExpectContinue = true
+			// RFC 9110 section 10.1.1: a 1.0 client's expectation is
+			// ignored (it cannot read an interim response).
+			h.ExpectContinue = h.Version != "HTTP/1.0"
 		}
 	}
 	switch {

@@ -89,7 +89,13 @@ func TestReadHeadRejectsSmugglingAndMalformedHeads(t *testing.T) {
 		"bare lf":               {"GET / HTTP/1.1\n" + host + "\r\n\r\n", ErrMalformedHead},
 		"no host":               {"GET / HTTP/1.1\r\n\r\n", ErrMalformedHead},
 		"two hosts":             {"GET / HTTP/1.1\r\n" + host + host + "\r\n", ErrMalformedHead},
-		"http/2":                {"GET / HTTP/2.0\r\n" + host + "\r\n", ErrMalformedHead},
+		"http/2":                {"GET / HTTP/2.0\r\n" + host + "\r\n", ErrHTTPVersion},
+		"http/2 preface":        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ErrHTTPVersion},
+		"http/0.9":              {"GET /\r\n\r\n", ErrMalformedHead},
+		"version junk":          {"GET / HTTP/1.1x\r\n" + host + "\r\n", ErrMalformedHead},
+		"no colon":              {"GET / HTTP/1.1\r\n" + host + "X-A\r\n\r\n", ErrMalformedHead},
+		"bare lf only":          {"GET / HTTP/1.1\nHost: x\n\n", ErrMalformedHead},
+		"bare lf, no end yet":   {"GET / HTTP/1.1\nHost: x\n", ErrMalformedHead},
 		"bad method":            {"G(T / HTTP/1.1\r\n" + host + "\r\n", ErrMalformedHead},
 		"nul in value":          {"GET / HTTP/1.1\r\n" + host + "X-A: a\x00b\r\n\r\n", ErrMalformedHead},
 		"expect other":          {"GET / HTTP/1.1\r\n" + host + "Expect: 200-ok\r\n\r\n", ErrMalformedHead},
@@ -117,6 +123,17 @@ func TestReadHeadAcceptsEqualDuplicateContentLengthAndChunked(t *testing.T) {
 	}
 }
 
+func TestReadHeadServesLaterHTTP1MinorsAs11AndIgnoresExpectFrom10(t *testing.T) {
+	h, _, err := ReadHead(strings.NewReader("GET / HTTP/1.2\r\nHost: x\r\n\r\n"), nil)
+	if err != nil || h.Version != "HTTP/1.1" {
+		t.Fatal(h, err)
+	}
+	h, _, err = ReadHead(strings.NewReader("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx"), nil)
+	if err != nil || h.ExpectContinue {
+		t.Fatalf("HTTP/1.0 expectation honoured: %+v %v", h, err)
+	}
+}
+
 func TestReadHeadCleanEOFBeforeFirstByte(t *testing.T) {
 	if _, _, err := ReadHead(strings.NewReader(""), nil); err != io.EOF {
 		t.Fatalf("err %v, want io.EOF", err)
@@ -129,7 +146,7 @@ func TestReadHeadCleanEOFBeforeFirstByte(t *testing.T) {
 
 func TestHeadErrorStatusMapsErrors(t *testing.T) {
 	for err, want := range map[error]int{
-		ErrMalformedHead: 400, ErrBadFraming: 400, ErrHeadTooLarge: 431, ErrHeadTimeout: 408, io.EOF: 0,
+		ErrMalformedHead: 400, ErrBadFraming: 400, ErrHeadTooLarge: 431, ErrHeadTimeout: 408, ErrHTTPVersion: 505, io.EOF: 0,
 	} {
 		if got := HeadErrorStatus(err); got != want {
 			t.Errorf("%v: %d, want %d", err, got, want)

@@ -305,6 +305,16 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 		k.mu.Lock()
 		k.userX[x] = true
 		k.mu.Unlock()
+		// A head the shim only peeked is still in the socket, before the
+		// body: consume it (the shim forwarded it, rewritten), or it goes
+		// upstream as the start of the body.
+		if cc, cerr := maps.Cookie(x.Client.TCPConn); cerr == nil {
+			if size, ok := k.takePeeked(cc); ok {
+				if err := readExactly(x.Client.TCPConn, size, x.Idle); err != nil {
+					return err
+				}
+			}
+		}
 		return k.relayRequestUser(x, uc)
 	}
 	if err != nil {
@@ -789,6 +799,9 @@ func relayChunked(dst, src *Conn, idle time.Duration) (int64, error) {
 			for {
 				t, err := src.readLine()
 				if err != nil {
+					return total, err
+				}
+				if err := checkTrailerLine(t); err != nil {
 					return total, err
 				}
 				out = append(out, t...)

@@ -55,7 +55,7 @@ func upstreamHead(h *Head, rank int, addr string) []byte {
 	b = append(b, ' ')
 	b = append(b, h.Target...)
 	b = append(b, " HTTP/1.1\r\n"...)
-	host := false
+	host, length := false, false
 	for _, f := range h.Headers {
 		switch {
 		case hopByHop(f.Name, listed),
@@ -64,6 +64,15 @@ func upstreamHead(h *Head, rank int, addr string) []byte {
 			continue
 		case strings.EqualFold(f.Name, "Host"):
 			host = true
+		case strings.EqualFold(f.Name, "Content-Length"):
+			// Equal duplicates ("7, 7", or two headers) were accepted;
+			// the replica gets one plain value (RFC 9110 section 8.6),
+			// which strict parsers such as llhttp require.
+			if !length {
+				length = true
+				b = appendHeader(b, f.Name, strconv.FormatInt(h.ContentLength, 10))
+			}
+			continue
 		}
 		b = appendHeader(b, f.Name, f.Value)
 	}

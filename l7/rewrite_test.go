@@ -37,6 +37,15 @@ func TestUpstreamHeadWithoutRankDropsTheClientRankAndAddsHostFor10(t *testing.T)
 	}
 }
 
+func TestUpstreamHeadCarriesOneContentLength(t *testing.T) {
+	h := mustHead(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 007, 7\r\nX-A: 1\r\ncontent-length: 7\r\n\r\n")
+	got := string(upstreamHead(h, -1, "127.0.0.1:8100"))
+	want := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nX-A: 1\r\n\r\n"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 func TestClientResponseHeadSaysCloseWhenTheConnectionEnds(t *testing.T) {
 	raw := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
 	r, err := parseResponseHead([]byte(raw), "POST")
@@ -91,13 +100,26 @@ func TestResponseFramingRules(t *testing.T) {
 	}
 }
 
+func TestTrailerLinesMustBeWellFormedFields(t *testing.T) {
+	for _, ok := range []string{"\r\n", "X-Checksum: abc\r\n", "x:\r\n"} {
+		if err := checkTrailerLine([]byte(ok)); err != nil {
+			t.Errorf("%q rejected", ok)
+		}
+	}
+	for _, bad := range []string{"\n", "X-A: 1\n", " folded\r\n", "no colon\r\n", "X-A: a\rb\r\n", "X A: 1\r\n"} {
+		if err := checkTrailerLine([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
 func TestParseChunkSizeIsStrict(t *testing.T) {
 	for line, want := range map[string]int64{"1a\r\n": 26, "0\r\n": 0, "FF;name=v\r\n": 255, "10 ;e\r\n": 16} {
 		if n, err := parseChunkSize([]byte(line)); err != nil || n != want {
 			t.Errorf("%q: %d %v, want %d", line, n, err, want)
 		}
 	}
-	for _, line := range []string{"\r\n", "zz\r\n", "1a\n", "-1\r\n", "1234567890abcdef0\r\n", "0x10\r\n", "10 \r\n"} {
+	for _, line := range []string{"\r\n", "zz\r\n", "1a\n", "-1\r\n", "1234567890abcdef0\r\n", "0x10\r\n", "10 \r\n", "5;a\rb\r\n", "5;a\x00\r\n"} {
 		if _, err := parseChunkSize([]byte(line)); err == nil {
 			t.Errorf("%q accepted", line)
 		}

@@ -193,7 +193,7 @@ func (s *Shim) serveConn(c *Conn) {
 		if err != nil {
 			if status := HeadErrorStatus(err); status != 0 {
 				s.log.Debug("bad request head", "status", status, "err", err)
-				s.reject(c, status)
+				s.reject(c, status, nil)
 			}
 			return
 		}
@@ -270,7 +270,7 @@ type Stats struct {
 	Retries     uint64         // connect failures moved to another replica
 	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
 	Parked      uint64         // requests that waited for admission
-	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504)
+	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504, 505)
 }
 
 type stats struct {

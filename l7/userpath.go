@@ -143,6 +143,9 @@ func copyChunked(dst, src *Conn, x *Exchange, dechunk bool) (int64, error) {
 				if err != nil {
 					return total, err
 				}
+				if err := checkTrailerLine(t); err != nil {
+					return total, err
+				}
 				out = append(out, t...)
 				if len(out) > MaxHeadBytes {
 					return total, errBadChunk
@@ -194,6 +197,11 @@ func parseChunkSize(line []byte) (int64, error) {
 		return 0, errBadChunk
 	}
 	line = line[:len(line)-2]
+	for _, c := range line {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return 0, errBadChunk // a bare CR ends the line for some parsers
+		}
+	}
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
 		line = bytes.TrimRight(line[:i], " \t") // BWS only before an extension
 	}
@@ -214,4 +222,21 @@ func parseChunkSize(line []byte) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// checkTrailerLine accepts the blank line that ends a chunked body or a
+// well-formed trailer field line, CRLF-terminated: a trailer that two
+// parsers read differently (bare LF, obs-fold, control bytes) could hide a
+// request boundary, so it is an error like a bad chunk size.
+func checkTrailerLine(t []byte) error {
+	if len(t) < 2 || t[len(t)-2] != '\r' {
+		return errBadChunk
+	}
+	if len(t) == 2 {
+		return nil
+	}
+	if _, err := parseHeaderLine(string(t[:len(t)-2])); err != nil {
+		return errBadChunk
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package l7
 
 import (
 	"errors"
+	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,33 +12,61 @@ import (
 )
 
 // clientWatch notices a client that goes away while its request waits
-// (parked by admission, or its response pending: closed the tab, Ctrl-C in
-// the agent). Without it the shim would learn of it only when it next
-// writes, after the replica's whole prefill, and the request would count
-// as in flight all that time. It reads the client connection in the
-// background; EOF or an error means gone, and onGone runs (the response
-// watch closes the upstream connection, so the relay ends now and vLLM
-// aborts the request). Bytes that arrive instead (a pipelined next
-// request) end the watch; stop hands them back.
+// (its response pending: closed the tab, Ctrl-C in the agent). Without it
+// the shim would learn of it only when it next writes, after the
+// replica's whole prefill, and the request would count as in flight all
+// that time. It reads the client connection in the background; an error
+// (a reset) means gone, and onGone runs (the response watch closes the
+// upstream connection, so the relay ends now and vLLM aborts the
+// request). Bytes that arrive instead (a pipelined next request) end the
+// watch; stop hands them back.
+//
+// EOF is a FIN, which a client sends when it closes its socket but also
+// when it only shuts down its sending side and waits for the answer
+// (`nc -N`, socat, scripts that call shutdown(SHUT_WR)). Only a write
+// tells them apart: a closed socket answers data with a reset. So after
+// a FIN the watch waits for a reset (polling the socket's TCP state) until
+// the exchange ends: the response's own writes draw it from a client that
+// closed for good, and an HTTP/1.1 client whose response head has not
+// gone out yet is sent "100 Continue" at once to draw it (every HTTP/1.1
+// client must accept an unexpected 1xx), so that a client that left
+// during the replica's prefill is noticed then, not at its first token.
+// A client that half-closed draws no reset and gets its whole answer.
 type clientWatch struct {
 	client   *Conn
 	onGone   func()
+	probeOK  bool // a FIN may be probed with 100 Continue (HTTP/1.1)
 	done     chan struct{}
+	stopped  chan struct{} // closed by stop: wakes waitReset
 	stopping atomic.Bool
 	gone     atomic.Bool
 	got      []byte
+
+	mu        sync.Mutex // serialises the probe with the shim's writes of heads
+	headSent  bool       // the final response head is on its way: no 1xx any more
+	probeSent bool       // the 100 Continue probe went out
 }
 
-// watchResponse watches while a response is pending.
-func watchResponse(client, upstream *Conn) *clientWatch {
-	return watchClient(client, func() { upstream.Close() })
-}
-
-func watchClient(client *Conn, onGone func()) *clientWatch {
-	w := &clientWatch{client: client, onGone: onGone, done: make(chan struct{})}
+// watchResponse watches while the response to h is pending.
+func watchResponse(client, upstream *Conn, h *Head) *clientWatch {
+	w := &clientWatch{
+		client: client, onGone: func() { upstream.Close() },
+		probeOK: h.Version == "HTTP/1.1",
+		done:    make(chan struct{}), stopped: make(chan struct{}),
+	}
 	_ = client.SetReadDeadline(time.Time{})
 	go w.run()
 	return w
+}
+
+// writeHead writes a response head to the client, never in the middle of
+// a probe; final marks the final head, after which no 1xx may follow.
+func (w *clientWatch) writeHead(idle time.Duration, b []byte, final bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.headSent = w.headSent || final
+	_, err := w.client.writeAll(idle, b)
+	return err
 }
 
 func (w *clientWatch) run() {
@@ -51,16 +81,45 @@ func (w *clientWatch) run() {
 	if w.stopping.Load() || (errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
+	if errors.Is(err, io.EOF) && !w.waitReset() {
+		return // half-closed: served to the end
+	}
 	w.gone.Store(true)
 	w.onGone()
 }
 
+// Polling the TCP state of a client that sent its FIN: soon at first (a
+// client that left answers the probe within a round trip), then sparser.
+const (
+	resetPollMin = 2 * time.Millisecond
+	resetPollMax = 100 * time.Millisecond
+)
+
+// waitReset waits, after a client's FIN, until its socket answers a write
+// with a reset (true: it closed for good) or the exchange ends (false).
+func (w *clientWatch) waitReset() bool {
+	w.mu.Lock()
+	if !w.headSent && w.probeOK && !w.probeSent {
+		w.probeSent = true
+		_, _ = w.client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+	}
+	w.mu.Unlock()
+	for pause := resetPollMin; ; pause = min(2*pause, resetPollMax) {
+		if peerGone(w.client, true) {
+			return true
+		}
+		select {
+		case <-w.stopped:
+			return false
+		case <-time.After(pause):
+		}
+	}
+}
+
 // peerGone reports, without reading anything, whether the client has
 // closed or reset its connection: the socket has left ESTABLISHED (FIN
-// received: CLOSE_WAIT; reset: CLOSE). Used while a request is parked,
-// when its body (or, with a peeked head, the head itself) must stay
-// unread in the socket.
-func peerGone(c *Conn) bool {
+// received: CLOSE_WAIT; reset: CLOSE), or with resetOnly only a reset.
+func peerGone(c *Conn, resetOnly bool) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return true
@@ -68,18 +127,30 @@ func peerGone(c *Conn) bool {
 	gone := false
 	_ = rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		gone = err != nil || info.State != tcpEstablished
+		switch {
+		case err != nil:
+			gone = true
+		case resetOnly:
+			gone = info.State == tcpClose
+		default:
+			gone = info.State != tcpEstablished
+		}
 	})
 	return gone
 }
 
-// tcpEstablished is TCP_ESTABLISHED of include/net/tcp_states.h.
-const tcpEstablished = 1
+// TCP states of include/net/tcp_states.h.
+const (
+	tcpEstablished = 1
+	tcpClose       = 7
+)
 
 // stop ends the watch and reports whether the client went away. Bytes the
 // watch read are appended to the client's Pending.
 func (w *clientWatch) stop() (clientGone bool) {
-	w.stopping.Store(true)
+	if w.stopping.CompareAndSwap(false, true) {
+		close(w.stopped)
+	}
 	_ = w.client.SetReadDeadline(time.Unix(1, 0))
 	<-w.done
 	_ = w.client.SetReadDeadline(time.Time{})
