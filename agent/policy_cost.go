@@ -134,6 +134,20 @@ func (m *Model) held(s *peerSession) float64 {
 	return math.Max(0, math.Min(s.ctx, m.capacity(s.replica)-since))
 }
 
+// heldAtRun is held(s) by the time s's next request runs on its replica:
+// the prefill queued ahead of it there allocates blocks first, and LRU
+// takes them from s's (unreferenced while it waits) once the rest of the
+// cache is in use.
+func (m *Model) heldAtRun(s *peerSession, now int64) float64 {
+	h := m.held(s)
+	if s.replica < 0 || s.replica >= len(m.reps) || s.inflight > 0 {
+		return h
+	}
+	pr := &m.peer.reps[s.replica]
+	pr.drain(now, m.prefillRate(s.replica))
+	return math.Max(0, math.Min(h, m.capacity(s.replica)-pr.backlog-(pr.inflightCtx-pr.inflightNew)))
+}
+
 // uncached is the prompt's tokens that replica i would have to prefill.
 func (m *Model) uncached(s *peerSession, i int, prompt float64) float64 {
 	if s != nil && s.replica == i {
@@ -262,9 +276,12 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 }
 
 // Rebalancing (pickRebalance): a session moves off its replica only when
-// the warden predicts that less than evictedShare of its prompt is still
-// cached there AND the replica's own counters agree (its prefix hit rate
-// over the admin API's window under thrashingHitRatio: the LRU-clock estimate does not know the shared
+// the warden predicts that less than evictedShare of its prompt will still
+// be cached there by the time its request runs (heldAtRun: the prefill
+// queued ahead of it evicts it while it waits, which held alone, taken at
+// the end of its last turn, does not see) AND the replica's own counters
+// agree (its prefix hit rate over the admin API's window under
+// thrashingHitRatio: the LRU-clock estimate does not know the shared
 // system prompt and is pessimistic where sessions are small), and only to
 // a replica whose live context plus the session stays at least
 // rebalanceMargin sessions under the replica's own.
@@ -279,7 +296,7 @@ const (
 // sessions live itself.
 func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 	if s == nil || s.replica < 0 || s.replica >= len(m.reps) || !m.reps[s.replica].healthy ||
-		m.peer.admission.Mode == AdmissionQueue || m.held(s) >= evictedShare*prompt {
+		m.peer.admission.Mode == AdmissionQueue || m.heldAtRun(s, now) >= evictedShare*prompt {
 		return -1
 	}
 	if hit, ok := m.reps[s.replica].hitRate.value(); !ok || hit >= thrashingHitRatio {
@@ -294,6 +311,25 @@ func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 			continue
 		}
 		if t := m.predictTTFT(i, s, prompt, now); t <= bestT {
+			best, bestT = i, t
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	// No replica is clearly emptier: then a session that will recompute
+	// anyway goes where the wait is clearly shorter, among the replicas
+	// that thrash as well (it would evict the cache of one that does not)
+	// and hold at least one session less.
+	stay := bestT
+	for i := range m.reps {
+		if i == s.replica || !m.reps[i].healthy || m.peer.reps[i].live+need > own.live {
+			continue
+		}
+		if hit, ok := m.reps[i].hitRate.value(); !ok || hit >= thrashingHitRatio {
+			continue
+		}
+		if t := m.predictTTFT(i, s, prompt, now); t < bestT && t < stay-math.Max(hysteresisAbs, hysteresisRel*stay) {
 			best, bestT = i, t
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -323,6 +324,48 @@ func TestCostMovesAnEvictedSessionOffACrowdedReplicaOnlyWhenItThrashes(t *testin
 		p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_400), Now: now.Add(500 * time.Millisecond)})
 		if moved := p.Replica != 0; moved != tc.move {
 			t.Fatalf("hit rate %.0f%% on the crowded replica: a went to replica %d, want move=%v", tc.hits, p.Replica, tc.move)
+		}
+	}
+}
+
+func TestCostMovesAnEvictedSessionToAShorterQueueOnlyAmongThrashingReplicas(t *testing.T) {
+	// Replica 0 holds a, b, c (b and c still queued), replica 1 two smaller
+	// sessions that are done; replicas 2 and 3 are down. Neither replica is
+	// half a session emptier than the other, so only the shorter queue
+	// speaks for a move, and only if replica 1 thrashes too: a session
+	// that recomputes anyway must not evict a cache that still serves.
+	for _, tc := range []struct {
+		otherHits float64 // replica 1's prefix hits per 100 queried tokens
+		move      bool
+	}{{10, true}, {80, false}} {
+		m := mustCostModel(t, PolicyCost, 20_000)
+		up := func(on ...int) {
+			for i := range m.Replicas() {
+				m.ObserveReplica(i, ReplicaMetrics{Healthy: slices.Contains(on, i), KVCapacityTokens: 20_000}, costEpoch)
+			}
+		}
+		up(0)
+		var a Placement
+		for k, id := range []string{"a", "b", "c"} {
+			if p := mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(11_000), Now: costEpoch}); k == 0 {
+				a = p
+			}
+		}
+		up(1)
+		for _, id := range []string{"d", "e"} {
+			m.Done(mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(10_000), Now: costEpoch}), costEpoch.Add(time.Second))
+		}
+		up(0, 1)
+		now := costEpoch.Add(time.Second)
+		m.Done(a, now)
+		m.peer.reps[0].touched += 22_000 // b and c since a's turn
+		for i, hits := range []float64{10, tc.otherHits} {
+			m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000, PrefixQueries: 100_000, PrefixHits: hits * 1000},
+				now.Add(250*time.Millisecond))
+		}
+		p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_400), Now: now.Add(500 * time.Millisecond)})
+		if moved := p.Replica == 1; moved != tc.move {
+			t.Fatalf("replica 1 at %.0f%% hits: a went to replica %d, want move=%v", tc.otherHits, p.Replica, tc.move)
 		}
 	}
 }
