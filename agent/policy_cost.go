@@ -320,10 +320,11 @@ func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 	// No replica is clearly emptier: then a session that will recompute
 	// anyway goes where the wait is clearly shorter, among the replicas
 	// that thrash as well (it would evict the cache of one that does not)
-	// and hold at least one session less.
+	// and would hold, with it, no more than its own replica holds now
+	// (give or take half a session: sessions differ in size).
 	stay := bestT
 	for i := range m.reps {
-		if i == s.replica || !m.reps[i].healthy || m.peer.reps[i].live+need > own.live {
+		if i == s.replica || !m.reps[i].healthy || m.peer.reps[i].live+need > own.live+rebalanceMargin*need {
 			continue
 		}
 		if hit, ok := m.reps[i].hitRate.value(); !ok || hit >= thrashingHitRatio {
