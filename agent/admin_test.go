@@ -197,3 +197,41 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	}
 	return n == len(want)
 }
+
+func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
+	s := mustSim(t, sim.ServerConfig{Replicas: 2})
+	cost := simModel("qwen", s, sim.ShapePorts)
+	cost.Policy = PolicyCost
+	sticky := simModel("other", s, sim.ShapePorts)
+	w := mustWarden(t, cost, sticky)
+	m := w.Models()[0]
+	p, err := m.Place(Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + w.AdminAddr()
+
+	var got ModelStatus
+	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionSpill) {
+		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission spill", got.Cost)
+	}
+	for i, r := range got.Replicas {
+		if r.Cost == nil || r.Cost.PredictedTTFT <= 0 || r.Cost.Capacity <= 0 {
+			t.Fatalf("replica %d cost = %+v, want a predicted TTFT and a capacity", i, r.Cost)
+		}
+	}
+	// the replica with the request in flight predicts a longer wait
+	if busy, idle := got.Replicas[p.Replica].Cost, got.Replicas[1-p.Replica].Cost; busy.PredictedTTFT <= idle.PredictedTTFT || busy.Live == 0 {
+		t.Fatalf("busy replica %+v, idle %+v: want the busy one slower and holding live context", busy, idle)
+	}
+
+	var raw map[string]any
+	mustGetJSON(t, base+"/api/v1/models/other", &raw)
+	if _, ok := raw["cost"]; ok {
+		t.Fatalf("policy sticky shows a cost block: %v", raw["cost"])
+	}
+	m.Done(p, time.Now())
+}

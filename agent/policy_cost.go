@@ -12,8 +12,9 @@ import (
 //
 //	  - wait(r): prefill work queued ahead on r. The warden adds each request's
 //	    predicted uncached tokens to r's backlog when it places it and drains
-//	    the backlog at rate(r); the replica's own waiting gauge (other clients'
-//	    traffic) is a floor.
+//	    the backlog at rate(r), never keeping more than the predicted uncached
+//	    tokens of the requests still in flight there; the replica's own
+//	    waiting gauge (other clients' traffic) is a floor.
 //	  - kvWait(r): when the context of r's requests in flight plus this prompt
 //	    exceeds r's KV capacity, vLLM admits the request only as running ones
 //	    finish: the overflow's share of capacity times the mean time a request
@@ -25,7 +26,16 @@ import (
 //	    prefix every replica holds.
 //	  - rate: prefill tokens a second, learned from the replicas' counters
 //	    (prompt tokens minus prefix hits over time while it had a queue, or
-//	    over its time-to-first-token sum while it had none).
+//	    over its time-to-first-token sum while it had none), over the last
+//	    rateWindow of time.
+//
+// A session whose replica has evicted most of its cache loses nothing by
+// moving, and sessions that never move leave some replicas with more
+// sessions than others once their caches overflow: such a session moves to
+// a replica holding clearly less live context (pickRebalance). When no
+// replica has room for a session (admission), it goes to the replicas with
+// the least live context for their size, the predicted TTFT choosing among
+// them (pickLeastOverfull).
 //
 // Prompt sizes are the request's Content-Length over bytesPerToken.
 const PolicyCost Policy = "cost"
@@ -39,9 +49,15 @@ const (
 	// vllm:cache_config_info or enough KV usage to infer it.
 	priorCapacity = 32_000.0
 	// rateEWMA and capEWMA weigh each new sample.
-	rateEWMA  = 0.2
-	rateDecay = 0.995 // per replica poll: about 200 polls (a few seconds a replica)
-	capEWMA   = 0.1
+	rateEWMA = 0.2
+	capEWMA  = 0.1
+	// rateWindow is the time constant of the decayed sums behind the
+	// prefill rate. It must be longer than a cold prefill (55 s for a 51k
+	// prompt on the big profile): vLLM counts prefix hits when it admits a
+	// request and prompt tokens when the prefill ends, so a shorter window
+	// swings between a fraction and several times the true rate, and the
+	// backlog drains at that rate (docs/placement.md, section 5).
+	rateWindow = 60 * time.Second
 	// hysteresisAbs and hysteresisRel: a known session leaves the replica
 	// that holds it only for one predicted at least this much better, so
 	// that sessions do not flap between near-equal replicas.
@@ -54,11 +70,13 @@ const (
 
 // peerRep is the cost model's view of one replica.
 type peerRep struct {
-	backlog     float64 // predicted prefill tokens not yet computed
-	backlogAt   int64   // when backlog was last drained (unix ns)
-	touched     float64 // prompt tokens placed here, cumulative (LRU clock)
-	inflightCtx float64 // prompt tokens of the requests in flight here
-	live        float64 // context of the live sessions held here (admission)
+	backlog      float64 // predicted prefill tokens not yet computed
+	backlogAt    int64   // when backlog was last drained (unix ns)
+	touched      float64 // prompt tokens placed here, cumulative (LRU clock)
+	inflightCtx  float64 // prompt tokens of the requests in flight here
+	inflightNew  float64 // predicted uncached tokens of the session requests in flight here
+	unaffinedNew float64 // the same for requests without a session (no Done hook finds them): drained like the backlog
+	live         float64 // context of the live sessions held here (admission)
 
 	capLearned  float64 // KV capacity inferred from usage (0: unknown)
 	turnSeconds float64 // mean time a request stays in flight, learned
@@ -89,11 +107,16 @@ func (m *Model) prefillRate(int) float64 {
 	return priorPrefillRate
 }
 
-// drain brings r's backlog to now.
+// drain brings r's backlog to now. The backlog never exceeds what the
+// requests still in flight were predicted to prefill: a drain rate learned
+// too low must not pile up work that has already finished.
 func (pr *peerRep) drain(now int64, rate float64) {
 	if pr.backlogAt != 0 && now > pr.backlogAt {
-		pr.backlog = math.Max(0, pr.backlog-rate*float64(now-pr.backlogAt)/1e9)
+		done := rate * float64(now-pr.backlogAt) / 1e9
+		pr.backlog = math.Max(0, pr.backlog-done)
+		pr.unaffinedNew = math.Max(0, pr.unaffinedNew-done)
 	}
+	pr.backlog = math.Min(pr.backlog, pr.inflightNew+pr.unaffinedNew)
 	pr.backlogAt = now
 }
 
@@ -109,6 +132,20 @@ func (m *Model) held(s *peerSession) float64 {
 	}
 	since := m.peer.reps[s.replica].touched - s.touchedAt
 	return math.Max(0, math.Min(s.ctx, m.capacity(s.replica)-since))
+}
+
+// heldAtRun is held(s) by the time s's next request runs on its replica:
+// the prefill queued ahead of it there allocates blocks first, and LRU
+// takes them from s's (unreferenced while it waits) once the rest of the
+// cache is in use.
+func (m *Model) heldAtRun(s *peerSession, now int64) float64 {
+	h := m.held(s)
+	if s.replica < 0 || s.replica >= len(m.reps) || s.inflight > 0 {
+		return h
+	}
+	pr := &m.peer.reps[s.replica]
+	pr.drain(now, m.prefillRate(s.replica))
+	return math.Max(0, math.Min(h, m.capacity(s.replica)-pr.backlog-(pr.inflightCtx-pr.inflightNew)))
 }
 
 // uncached is the prompt's tokens that replica i would have to prefill.
@@ -208,9 +245,14 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 			if pr.prevQueued && s.Waiting > 0 {
 				secs = dt // saturated the whole window: it computed at its rate
 			}
-			ps.rateTokens = ps.rateTokens*rateDecay + uncached
-			ps.rateSeconds = ps.rateSeconds*rateDecay + secs
-			ps.rateCount = ps.rateCount*rateDecay + count
+			d := 1.0
+			if t := now.UnixNano(); ps.rateAt != 0 && t > ps.rateAt {
+				d = math.Exp(-float64(t-ps.rateAt) / float64(rateWindow))
+			}
+			ps.rateAt = max(ps.rateAt, now.UnixNano())
+			ps.rateTokens = ps.rateTokens*d + uncached
+			ps.rateSeconds = ps.rateSeconds*d + secs
+			ps.rateCount = ps.rateCount*d + count
 			if ps.rateTokens > 0 && ps.rateSeconds > 0 {
 				ps.rate = ps.rateTokens / ps.rateSeconds
 			}
@@ -231,4 +273,94 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 		}
 	}
 	pr.prev, pr.prevAt, pr.havePrev, pr.prevQueued = s, now, true, s.Waiting > 0
+}
+
+// Rebalancing (pickRebalance): a session moves off its replica only when
+// the warden predicts that less than evictedShare of its prompt will still
+// be cached there by the time its request runs (heldAtRun: the prefill
+// queued ahead of it evicts it while it waits, which held alone, taken at
+// the end of its last turn, does not see) AND the replica's own counters
+// agree (its prefix hit rate over the admin API's window under
+// thrashingHitRatio: the LRU-clock estimate does not know the shared
+// system prompt and is pessimistic where sessions are small), and only to
+// a replica whose live context plus the session stays at least
+// rebalanceMargin sessions under the replica's own.
+const (
+	evictedShare      = 0.5
+	thrashingHitRatio = 0.5
+	rebalanceMargin   = 0.5
+)
+
+// pickRebalance returns where session s should move to, or -1 to stay;
+// call with m.mu held. Not under admission queue, which decides where
+// sessions live itself.
+func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
+	if s == nil || s.replica < 0 || s.replica >= len(m.reps) || !m.reps[s.replica].healthy ||
+		m.peer.admission.Mode == AdmissionQueue || m.heldAtRun(s, now) >= evictedShare*prompt {
+		return -1
+	}
+	if hit, ok := m.reps[s.replica].hitRate.value(); !ok || hit >= thrashingHitRatio {
+		return -1
+	}
+	own := &m.peer.reps[s.replica]
+	need := prompt + outputAllowance
+	limit := own.live/m.capacity(s.replica) - rebalanceMargin*need/m.capacity(s.replica)
+	best, bestT := -1, m.predictTTFT(s.replica, s, prompt, now)
+	for i := range m.reps {
+		if i == s.replica || !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > limit {
+			continue
+		}
+		if t := m.predictTTFT(i, s, prompt, now); t <= bestT {
+			best, bestT = i, t
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	// No replica is clearly emptier: then a session that will recompute
+	// anyway goes where the wait is clearly shorter, among the replicas
+	// that thrash as well (it would evict the cache of one that does not)
+	// and would hold, with it, no more than its own replica holds now
+	// (give or take half a session: sessions differ in size).
+	stay := bestT
+	for i := range m.reps {
+		if i == s.replica || !m.reps[i].healthy || m.peer.reps[i].live+need > own.live+rebalanceMargin*need {
+			continue
+		}
+		if hit, ok := m.reps[i].hitRate.value(); !ok || hit >= thrashingHitRatio {
+			continue
+		}
+		if t := m.predictTTFT(i, s, prompt, now); t < bestT && t < stay-math.Max(hysteresisAbs, hysteresisRel*stay) {
+			best, bestT = i, t
+		}
+	}
+	return best
+}
+
+// pickLeastOverfull places a session no replica has room for: among the
+// healthy replicas whose live context for their capacity is within half
+// this session of the least, the one with the lowest predicted TTFT. The
+// TTFT alone would pick the replica whose sessions currently hit their
+// cache, and crowd it until they no longer do.
+func (m *Model) pickLeastOverfull(s *peerSession, prompt float64, now int64) int {
+	need := prompt + outputAllowance
+	n := len(m.reps)
+	least := math.Inf(1)
+	for i := range n {
+		if m.reps[i].healthy {
+			least = math.Min(least, (m.peer.reps[i].live+need)/m.capacity(i))
+		}
+	}
+	best, bestT := -1, 0.0
+	for k := range n {
+		i := (m.start + k) % n
+		if !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > least+0.5*need/m.capacity(i) {
+			continue
+		}
+		if t := m.predictTTFT(i, s, prompt, now); best < 0 || t < bestT {
+			best, bestT = i, t
+		}
+	}
+	m.start = (m.start + 1) % n
+	return best
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -19,6 +20,12 @@ func mustCostModel(tb testing.TB, p Policy, capTokens float64) *Model {
 		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: capTokens}, costEpoch)
 	}
 	return m
+}
+
+// queueOn stands for requests in flight on a replica that still have
+// tokens to prefill (the backlog never exceeds what is in flight).
+func queueOn(pr *peerRep, tokens float64, at time.Time) {
+	pr.backlog, pr.backlogAt, pr.inflightNew = tokens, at.UnixNano(), tokens
 }
 
 // prompt of n tokens at bytesPerToken.
@@ -65,7 +72,7 @@ func TestCostMovesASessionWhoseCacheWasEvicted(t *testing.T) {
 	if h := m.held(m.peer.sessions[m.HashSession("a")]); h != 0 {
 		t.Fatalf("held = %.0f tokens after 36k newer tokens on a 20k cache, want 0", h)
 	}
-	pr.backlog, pr.backlogAt = 40_000, now.Add(2*time.Second).UnixNano()
+	queueOn(pr, 40_000, now.Add(2*time.Second))
 	p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_700), Now: now.Add(2 * time.Second)})
 	if p.Replica == a.Replica {
 		t.Fatalf("session stayed on replica %d that no longer holds it and has 40k tokens queued", p.Replica)
@@ -190,13 +197,13 @@ func TestStickyUntilSaturatedLeavesOnlyWhenMoreThanFiveSecondsWorse(t *testing.T
 	m.Done(a, costEpoch.Add(time.Second))
 	pr := &m.peer.reps[a.Replica]
 	now := costEpoch.Add(2 * time.Second)
-	pr.backlog, pr.backlogAt = 2*priorPrefillRate, now.UnixNano() // 2 s queued: stay
+	queueOn(pr, 2*priorPrefillRate, now) // 2 s queued: stay
 	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_600), Now: now}); p.Replica != a.Replica {
 		t.Fatalf("moved with 2 s queued; want stay")
 	}
 	m.Done(a, now.Add(time.Second))
 	now = now.Add(2 * time.Second)
-	pr.backlog, pr.backlogAt = 30*priorPrefillRate, now.UnixNano() // 30 s queued: leave
+	queueOn(pr, 30*priorPrefillRate, now) // 30 s queued: leave
 	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_200), Now: now}); p.Replica == a.Replica {
 		t.Fatalf("stayed with 30 s queued; want a move")
 	}
@@ -239,6 +246,126 @@ func TestAdmitIsPlaceForOtherPoliciesAndModes(t *testing.T) {
 			if err != nil || w != nil || p.Replica < 0 {
 				t.Fatalf("%s/%s session %d: replica %d parked=%v err=%v, want placed", tc.policy, tc.mode, k, p.Replica, w != nil, err)
 			}
+		}
+	}
+}
+
+func TestCostBacklogEndsWithTheRequestsInFlight(t *testing.T) {
+	// A drain rate learned far too low must not keep work queued that has
+	// finished: once the request is done, its replica has nothing queued.
+	m := mustCostModel(t, PolicyCost, 40_000)
+	p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_000), Now: costEpoch})
+	pr := &m.peer.reps[p.Replica]
+	m.peer.rate = 1 // tokens/s
+	if pr.backlog < 11_000 {
+		t.Fatalf("backlog %.0f after a cold 12k prompt, want about 12000", pr.backlog)
+	}
+	m.Done(p, costEpoch.Add(3*time.Second))
+	pr.drain(costEpoch.Add(3*time.Second).UnixNano(), m.prefillRate(p.Replica))
+	if pr.backlog != 0 {
+		t.Fatalf("backlog %.0f tokens with nothing in flight, want 0", pr.backlog)
+	}
+}
+
+func TestCostPlacesWhatFitsNowhereOnTheLeastFullReplica(t *testing.T) {
+	// 20k-token caches, 11k sessions: after the first four none fits
+	// anywhere. The least full replica gets the next session even when its
+	// predicted TTFT is the worst: TTFT alone would crowd the replica whose
+	// sessions hit their cache now.
+	m := mustCostModel(t, PolicyCost, 20_000)
+	count := make([]int, m.Replicas())
+	for k := range 7 {
+		count[mustPlace(t, m, Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch}).Replica]++
+	}
+	least := -1
+	for i, c := range count {
+		if c == 1 {
+			least = i
+		}
+	}
+	if least < 0 {
+		t.Fatalf("7 sessions on 4 replicas split %v, want 2/2/2/1", count)
+	}
+	queueOn(&m.peer.reps[least], 200_000, costEpoch)
+	if p := mustPlace(t, m, Request{SessionID: "new", PromptBytes: promptBytes(11_000), Now: costEpoch}); p.Replica != least {
+		t.Fatalf("8th session went to replica %d (split %v), want %d, the least full", p.Replica, count, least)
+	}
+}
+
+func TestCostMovesAnEvictedSessionOffACrowdedReplicaOnlyWhenItThrashes(t *testing.T) {
+	for _, tc := range []struct {
+		hits float64 // the crowded replica's prefix hits per 100 queried tokens
+		move bool
+	}{{10, true}, {80, false}} {
+		m := mustCostModel(t, PolicyCost, 20_000)
+		for i := 1; i < 4; i++ { // only replica 0 takes the first three sessions
+			m.ObserveReplica(i, ReplicaMetrics{}, costEpoch)
+		}
+		var a Placement
+		for k, id := range []string{"a", "b", "c"} {
+			p := mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(11_000), Now: costEpoch})
+			if k == 0 {
+				a = p
+			}
+		}
+		now := costEpoch.Add(time.Second)
+		m.Done(a, now)
+		m.peer.reps[0].touched += 22_000 // b and c ran since a's turn: a is evicted
+		for i := range m.Replicas() {
+			m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000}, now)
+		}
+		for _, id := range []string{"d", "e", "f"} { // one each on 1-3: no room left anywhere for a
+			if p := mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(11_000), Now: now}); p.Replica == 0 {
+				t.Fatalf("session %s joined the crowded replica", id)
+			}
+		}
+		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000,
+			PrefixQueries: 100_000, PrefixHits: tc.hits * 1000}, now.Add(250*time.Millisecond))
+		p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_400), Now: now.Add(500 * time.Millisecond)})
+		if moved := p.Replica != 0; moved != tc.move {
+			t.Fatalf("hit rate %.0f%% on the crowded replica: a went to replica %d, want move=%v", tc.hits, p.Replica, tc.move)
+		}
+	}
+}
+
+func TestCostMovesAnEvictedSessionToAShorterQueueOnlyAmongThrashingReplicas(t *testing.T) {
+	// Replica 0 holds a, b, c (b and c still queued), replica 1 two smaller
+	// sessions that are done; replicas 2 and 3 are down. Neither replica is
+	// half a session emptier than the other, so only the shorter queue
+	// speaks for a move, and only if replica 1 thrashes too: a session
+	// that recomputes anyway must not evict a cache that still serves.
+	for _, tc := range []struct {
+		otherHits float64 // replica 1's prefix hits per 100 queried tokens
+		move      bool
+	}{{10, true}, {80, false}} {
+		m := mustCostModel(t, PolicyCost, 20_000)
+		up := func(on ...int) {
+			for i := range m.Replicas() {
+				m.ObserveReplica(i, ReplicaMetrics{Healthy: slices.Contains(on, i), KVCapacityTokens: 20_000}, costEpoch)
+			}
+		}
+		up(0)
+		var a Placement
+		for k, id := range []string{"a", "b", "c"} {
+			if p := mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(11_000), Now: costEpoch}); k == 0 {
+				a = p
+			}
+		}
+		up(1)
+		for _, id := range []string{"d", "e"} {
+			m.Done(mustPlace(t, m, Request{SessionID: id, PromptBytes: promptBytes(10_000), Now: costEpoch}), costEpoch.Add(time.Second))
+		}
+		up(0, 1)
+		now := costEpoch.Add(time.Second)
+		m.Done(a, now)
+		m.peer.reps[0].touched += 22_000 // b and c since a's turn
+		for i, hits := range []float64{10, tc.otherHits} {
+			m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000, PrefixQueries: 100_000, PrefixHits: hits * 1000},
+				now.Add(250*time.Millisecond))
+		}
+		p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_400), Now: now.Add(500 * time.Millisecond)})
+		if moved := p.Replica == 1; moved != tc.move {
+			t.Fatalf("replica 1 at %.0f%% hits: a went to replica %d, want move=%v", tc.otherHits, p.Replica, tc.move)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type peerState struct {
 	rate         float64 // prefill tokens/s, learned (0: prior)
 	// decayed sums behind rate and meanUncached (policy_cost.go)
 	rateTokens, rateSeconds, rateCount float64
+	rateAt                             int64 // when they were last decayed (unix ns)
 	// gap is a session's pause between a turn's end and its next request
 	// (EWMA, seconds): a session idle for much longer has ended or gone to
 	// think, and its context no longer counts as live.
@@ -42,6 +43,7 @@ type peerSession struct {
 	replica   int     // where its cache is (its latest turn ran there)
 	ctx       float64 // its context after its latest turn (prompt + reply allowance)
 	prompt    float64 // the prompt in flight (for inflightCtx)
+	pending   float64 // its predicted uncached tokens (for inflightNew)
 	touchedAt float64 // its replica's LRU clock after its latest turn
 	lastPlace int64
 	lastEnd   int64
@@ -113,12 +115,15 @@ func (m *Model) setLive(s *peerSession, ctx float64) {
 func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now int64) {
 	pr := &m.peer.reps[i]
 	pr.drain(now, m.prefillRate(i))
-	pr.backlog += m.uncached(s, i, prompt)
+	u := m.uncached(s, i, prompt)
+	pr.backlog += u
 	pr.inflightCtx += prompt
 	pr.touched += prompt
 	if h == 0 {
+		pr.unaffinedNew += u // no Done hook finds it: it only decays with the backlog
 		return
 	}
+	pr.inflightNew += u
 	if s == nil {
 		s = &peerSession{replica: i}
 		m.peer.sessions[h] = s
@@ -138,6 +143,7 @@ func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now 
 	m.setLive(s, prompt+outputAllowance)
 	s.ctx = prompt
 	s.prompt = prompt
+	s.pending = u
 	s.touchedAt = pr.touched
 	s.lastPlace = now
 	s.inflight++
@@ -155,6 +161,7 @@ func (m *Model) peerDone(p Placement, now time.Time) {
 	}
 	pr := &m.peer.reps[p.Replica]
 	pr.inflightCtx = max(0, pr.inflightCtx-s.prompt)
+	pr.inflightNew = max(0, pr.inflightNew-s.pending)
 	if s.inflight > 0 {
 		s.inflight--
 	}
@@ -205,23 +212,18 @@ func (m *Model) pickPeer(p Policy, h uint64, r Request) int {
 		i = m.pickStickyUntilSaturated(s, prompt, now)
 	default:
 		i = m.pickCost(s, prompt, now)
-		if i < 0 { // no replica has room: where it costs least
-			i = m.pickCostAnywhere(s, prompt, now)
+		if i < 0 { // no replica has room: the least overfull
+			i = m.pickLeastOverfull(s, prompt, now)
+		} else if s != nil && i == s.replica {
+			if j := m.pickRebalance(s, prompt, now); j >= 0 {
+				i = j
+			}
 		}
 	}
 	if i < 0 {
 		i = m.leastLoaded(-1)
 	}
 	m.peerRecord(h, s, i, prompt, now)
-	return i
-}
-
-// pickCostAnywhere is pickCost without admission.
-func (m *Model) pickCostAnywhere(s *peerSession, prompt float64, now int64) int {
-	mode := m.peer.admission.Mode
-	m.peer.admission.Mode = AdmissionOff
-	i := m.pickCost(s, prompt, now)
-	m.peer.admission.Mode = mode
 	return i
 }
 

@@ -27,6 +27,7 @@ type ModelStatus struct {
 	SessionsExpired uint64            `json:"sessions_expired"`
 	Requests        map[string]uint64 `json:"requests"` // by placement kind
 	Replicas        []ReplicaStatus   `json:"replicas"`
+	Cost            *CostStatus       `json:"cost,omitempty"` // policy cost only (status_cost.go)
 }
 
 // ReplicaStatus is one replica (or rank) of a model.
@@ -52,6 +53,7 @@ type ReplicaStatus struct {
 	Load           float64           `json:"load"`
 	ObservedAt     *time.Time        `json:"observed_at,omitempty"`
 	Metrics        ReplicaMetrics    `json:"-"`
+	Cost           *ReplicaCost      `json:"cost,omitempty"` // policy cost only
 }
 
 // Status snapshots the model.
@@ -130,5 +132,6 @@ func (m *Model) Status() ModelStatus {
 	if s.Spill < 0 {
 		s.Spill = m.spillThreshold(0)
 	}
+	m.costStatus(&s, time.Now().UnixNano())
 	return s
 }
