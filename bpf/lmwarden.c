@@ -486,8 +486,14 @@ int lmw_verdict(struct __sk_buff *skb)
 	}
 	if (ctl->mode != SOCK_RESPONSE || !st->armed)
 		return pass(st, rs, len);
+	/* Past the end of this gen's response: the bytes belong to the next
+	 * response on a pooled upstream connection (its head is the shim's,
+	 * and the previous client may be gone), or are stray; either way the
+	 * shim reads them. */
+	if (st->done_gen == st->gen)
+		return pass(st, rs, len);
 
-	if (st->phase != PH_DONE && st->done_gen != st->gen) {
+	if (st->phase != PH_DONE) {
 		struct parse_ctx c = {
 			.skb = skb, .st = st, .ctl = ctl, .off = 0, .len = len,
 		};

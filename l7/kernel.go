@@ -38,6 +38,7 @@ type KernelPath struct {
 	peeked map[uint64]peekedHead // by client cookie
 	user1  *UserPath             // exchanges whose upstream cannot join (closed early)
 	userX  map[*Exchange]bool
+	ups    map[*net.TCPConn]*upstreamState // upstream sockets that joined the SOCKHASH
 
 	stop chan struct{}
 	done chan struct{}
@@ -52,7 +53,8 @@ var errKernelSlots = errors.New("l7: kernel datapath: more than 256 replicas")
 // background sweeper (the state stays the caller's).
 func NewKernelPath(st *maps.State) *KernelPath {
 	k := &KernelPath{st: st, slots: map[ReplicaKey]uint32{}, user: map[ReplicaKey]*byteCounters{},
-		peeked: map[uint64]peekedHead{}, user1: NewUserPath(), userX: map[*Exchange]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+		peeked: map[uint64]peekedHead{}, user1: NewUserPath(), userX: map[*Exchange]bool{},
+		ups: map[*net.TCPConn]*upstreamState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.sweep()
 	return k
 }
@@ -87,6 +89,7 @@ func (k *KernelPath) sweep() {
 		case <-t.C:
 			prev = k.st.SweepClosed(prev)
 			k.forgetStalePeeks()
+			k.forgetClosedUpstreams()
 		}
 	}
 }
@@ -296,10 +299,10 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	// arrives, the client before the shim's client watch starts reading it.
 	// Only established sockets may join a sockmap: a client that already
 	// half-closed (sent its FIN with the request) is served in userspace.
-	var ucookie uint64
+	var u *upstreamState
 	err = errNotJoinable
 	if cc, cerr := maps.Cookie(x.Client.TCPConn); cerr == nil && (k.st.SocketInMap(cc) || established(x.Client.TCPConn)) {
-		ucookie, err = k.join(x.Upstream, slot)
+		u, err = k.joinUpstream(x.Upstream, slot)
 	}
 	if errors.Is(err, errNotJoinable) {
 		k.mu.Lock()
@@ -312,7 +315,7 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	}
 	if ccookie, err := maps.Cookie(x.Client.TCPConn); err == nil {
 		if size, ok := k.takePeeked(ccookie); ok {
-			return k.carryPeeked(x, ccookie, ucookie, slot, uint64(size), uc)
+			return k.carryPeeked(x, ccookie, u, slot, uint64(size), uc)
 		}
 	}
 	ccookie, err := k.join(x.Client, slot)
@@ -322,7 +325,7 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	switch x.Request.Framing {
 	case FramingLength:
 		if x.Request.ContentLength > 0 {
-			return k.carryRequestBody(x, ccookie, ucookie, slot, uc)
+			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
 	case FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
@@ -336,7 +339,7 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 // carryPeeked hands over a client whose first head the shim only peeked:
 // the whole stream is still in the socket, so the verdict drops the head
 // bytes and carries the body after them, from the first byte on.
-func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, size uint64, uc *byteCounters) error {
+func (k *KernelPath) carryPeeked(x *Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
 	// The head is read now (it was only peeked): the verdict then sees the
 	// segment that holds its end again from its start and trims the part
 	// read (by the socket's read position), which keeps that position
@@ -352,7 +355,7 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 			return err
 		}
 		if x.Request.Framing == FramingLength && x.Request.ContentLength > 0 {
-			return k.carryRequestBody(x, ccookie, ucookie, slot, uc)
+			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
 		if x.Request.Framing == FramingChunked {
 			n, err := relayChunked(x.Upstream, x.Client, x.Idle)
@@ -377,7 +380,7 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 		}
 		defer k.st.UnwatchResponseEnds(cc)
 	}
-	ctl := maps.SockCtl{Peer: ucookie, ArmAt: size, BodyEnd: size + length, Gen: 1, Mode: maps.ModeRequest, Replica: slot}
+	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: size, BodyEnd: size + length, Gen: 1, Mode: maps.ModeRequest, Replica: slot}
 	if err := k.st.Arm(cc, ctl); err != nil {
 		return err
 	}
@@ -389,7 +392,7 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc, ucookie uint64, slot uint32, s
 	}
 	switch {
 	case length > 0:
-		return k.waitBody(x, cc, 1, length, w0, ends, uc)
+		return k.waitBody(x, cc, u, 1, length, w0, ends, uc)
 	case x.Request.Framing == FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
@@ -410,7 +413,7 @@ func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
 	return err
 }
 
-func (k *KernelPath) carryRequestBody(x *Exchange, cc, ucookie uint64, slot uint32, uc *byteCounters) error {
+func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
 	remaining := uint64(x.Request.ContentLength)
 	q, seen, err := k.drainSynced(x.Client, cc)
 	if err != nil {
@@ -440,17 +443,17 @@ func (k *KernelPath) carryRequestBody(x *Exchange, cc, ucookie uint64, slot uint
 	}
 	defer k.st.UnwatchResponseEnds(cc)
 	gen := k.st.Ctl(cc).Gen + 1
-	ctl := maps.SockCtl{Peer: ucookie, ArmAt: seen, BodyEnd: seen + remaining, Gen: gen, Mode: maps.ModeRequest, Replica: slot}
+	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: seen, BodyEnd: seen + remaining, Gen: gen, Mode: maps.ModeRequest, Replica: slot}
 	if err := k.st.Arm(cc, ctl); err != nil {
 		return err
 	}
 
-	return k.waitBody(x, cc, gen, remaining, w0, ends, uc)
+	return k.waitBody(x, cc, u, gen, remaining, w0, ends, uc)
 }
 
 // waitBody waits until the kernel carried the armed body (gen) of
 // remaining bytes, forwarding itself whatever the verdict passes instead.
-func (k *KernelPath) waitBody(x *Exchange, cc uint64, gen uint32, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
+func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, gen uint32, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
 	var carried, user uint64
 	buf := make([]byte, 64<<10)
 	pause := 20 * time.Microsecond
@@ -504,24 +507,41 @@ func (k *KernelPath) waitBody(x *Exchange, cc uint64, gen uint32, remaining, w0 
 		}
 	}
 	x.BodyBytesUp += int64(carried + user)
-	return maps.WaitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle)
+	// The carried bytes are on their way through the upstream's psock
+	// worker: return once they have landed. Returning earlier was tried:
+	// an upstream that reads the head, answers and closes then has body
+	// bytes arrive after its close, which resets the connection, and the
+	// reset frees the response bytes the verdict had passed to the shim
+	// (TestReplicaDyingMidStreamEndsTheClientResponse failed 2 in 90).
+	u.want = w0 + carried + user
+	return maps.WaitWritten(x.Upstream.TCPConn, u.want, x.Idle)
 }
 
 var errIdle = errors.New("idle timeout")
 
-// RelayResponseBody implements Datapath.
+// RelayResponseBody implements Datapath. The upstream connection may be
+// pooled afterwards (x.Response.Reusable stays as the head said) only when
+// the exchange ended exactly at the response's end: every byte the
+// verdict saw is accounted for, nothing stray arrived, and the request
+// body the kernel carried has landed (kernel_pool.go).
 func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
 	}
+	reusable := x.Response.Reusable
+	x.Response.Reusable = false
 	var fr maps.BodyFraming
 	switch x.Response.Framing {
 	case FramingNone:
 		k.mu.Lock()
 		delete(k.userX, x)
 		k.mu.Unlock()
-		x.Response.Reusable = false
+		if u := k.upstream(x.Upstream); u != nil {
+			x.Response.Reusable = reusable && k.landed(x, u)
+		} else {
+			x.Response.Reusable = reusable
+		}
 		return nil
 	case FramingLength:
 		fr = maps.LengthBody(uint64(x.Response.ContentLength))
@@ -535,19 +555,25 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	delete(k.userX, x)
 	k.mu.Unlock()
 	if user {
+		if k.upstream(x.Upstream) != nil {
+			// A pooled upstream still in the SOCKHASH: plain reads.
+			n, err := relayResponsePlain(x, fr)
+			x.BodyBytesDown += n
+			uc.down.Add(uint64(n))
+			return err
+		}
+		x.Response.Reusable = reusable
 		return k.user1.RelayResponseBody(x)
 	}
-	// A socket that was in the SOCKHASH is not pooled: its next response
-	// would meet this one's verdict state.
-	x.Response.Reusable = false
 	ccookie, err := k.join(x.Client, slot)
 	if err != nil {
 		return err
 	}
-	ucookie, err := k.join(x.Upstream, slot)
+	u, err := k.joinUpstream(x.Upstream, slot)
 	if err != nil {
 		return err
 	}
+	ucookie := u.cookie
 	q, seen, err := k.drainSynced(x.Upstream, ucookie)
 	if err != nil {
 		return err
@@ -569,9 +595,11 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		}
 		forwarded += uint64(n)
 		uc.down.Add(uint64(n))
+		reusable = reusable && n == len(have)
 	}
 	x.BodyBytesDown += int64(forwarded)
 	if fr.Done() {
+		x.Response.Reusable = reusable && k.landed(x, u)
 		return nil
 	}
 	w0, err := maps.Written(x.Client.TCPConn)
@@ -583,7 +611,8 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		return err
 	}
 	defer k.st.UnwatchResponseEnds(ucookie)
-	gen := k.st.Ctl(ucookie).Gen + 1
+	u.gen++
+	gen := u.gen
 	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot}
 	fr.Ctl(&ctl)
 	// The segment with the response's last byte comes to the shim, which
@@ -602,10 +631,20 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 
 	// The upstream's FIN or RST is not carried across the redirect: one
 	// read on it notices them (and gets bytes only if the arm failed).
-	reads := make(chan upRead, 8)
-	quit := make(chan struct{})
-	defer close(quit)
-	go watchUpstream(x.Upstream.TCPConn, reads, quit)
+	w := watchUpstream(x.Upstream.TCPConn)
+	stopped := false
+	defer func() {
+		if !stopped {
+			w.stop()
+		}
+	}()
+	// pool decides, once the response has ended, whether the connection
+	// may serve another exchange.
+	pool := func(exact bool) {
+		stopped = true
+		clean := w.stop()
+		x.Response.Reusable = reusable && exact && clean && k.landed(x, u)
+	}
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -623,13 +662,17 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				return finish(ev.Bytes)
 			}
 			// END_TAIL: done when the passed tail has been read (below).
-		case r := <-reads:
+		case r := <-w.out:
 			if st, _ := k.st.SocketState(ucookie); len(r.data) > 0 && tailMode && st.Gen == gen && st.DoneGen == gen {
 				// The verdict found the end and passed its segment: the
 				// only bytes it passes from an armed socket.
 				tail = append(tail, r.data...)
 				if need := st.Seen - ctl.ArmAt - st.Redirected; uint64(len(tail)) >= need {
-					return k.finishTail(x, ccookie, w0, st.Redirected, tail, uc)
+					if err := k.finishTail(x, ccookie, w0, st.Redirected, tail, uc); err != nil {
+						return err
+					}
+					pool(uint64(len(tail)) == need && r.err == nil)
+					return nil
 				}
 				if r.err == nil {
 					continue
@@ -651,6 +694,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				x.BodyBytesDown += int64(n)
 				uc.down.Add(uint64(n))
 				if fr.Done() {
+					pool(n == len(r.data) && r.err == nil)
 					return nil
 				}
 			}
@@ -743,29 +787,6 @@ func waitReaders(c *net.TCPConn) {
 }
 
 var errPipelinedLost = errors.New("l7: kernel datapath: client bytes arrived while leaving the SOCKHASH")
-
-type upRead struct {
-	data []byte
-	err  error
-}
-
-func watchUpstream(c *net.TCPConn, out chan<- upRead, quit <-chan struct{}) {
-	for {
-		buf := make([]byte, 32<<10)
-		n, err := c.Read(buf)
-		if n == 0 && err == nil {
-			continue
-		}
-		select {
-		case out <- upRead{data: buf[:n], err: err}:
-		case <-quit:
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // relayChunked forwards a chunked request body, which the kernel does not
 // carry, from src to dst as copyChunked does, but with plain reads and
