@@ -437,7 +437,7 @@ int lmw_verdict(struct __sk_buff *skb)
 			st->line_pos = ctl->start_line_pos;
 			st->remaining = ctl->start_remaining;
 			st->acc = ctl->start_acc;
-			if (rs)
+			if (rs && !(ctl->flags & CTL_REARM))
 				rs->requests++;
 		}
 	}

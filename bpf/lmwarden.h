@@ -66,6 +66,10 @@ enum sock_mode {
  * first, safely; the next head then arrives in a plain socket, is peeked,
  * and its body is carried like a first request's (docs/kernel.md). */
 #define CTL_TAIL_PASS 2
+/* RESPONSE: a re-arm of the same response (the previous arm found bytes
+ * passed that the shim had not read yet; it forwarded them and tries
+ * again from the offset after them): not a new request in the stats. */
+#define CTL_REARM 4
 
 struct sock_ctl {
 	__u64 peer;     /* cookie of the socket redirected bytes go to */

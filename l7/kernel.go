@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +40,7 @@ type KernelPath struct {
 	user1  *UserPath             // exchanges whose upstream cannot join (closed early)
 	userX  map[*Exchange]bool
 	ups    map[*net.TCPConn]*upstreamState // upstream sockets that joined the SOCKHASH
+	rearms atomic.Uint64                   // responses armed again after an arm lost the race
 
 	stop chan struct{}
 	done chan struct{}
@@ -118,6 +120,11 @@ type KernelCounts struct {
 	PassedBytes         uint64 // bytes the verdict handed to the shim (heads, fallbacks)
 	UserUp, UserDown    uint64 // body bytes the shim forwarded itself
 }
+
+// Rearms counts the responses armed again because the upstream streamed
+// on between the shim's last read and its arm (the shim forwarded those
+// bytes itself first).
+func (k *KernelPath) Rearms() uint64 { return k.rearms.Load() }
 
 // Counts returns the counters per replica.
 func (k *KernelPath) Counts() map[ReplicaKey]KernelCounts {
@@ -455,17 +462,21 @@ func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, 
 // remaining bytes, forwarding itself whatever the verdict passes instead.
 func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, gen uint32, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
 	var carried, user uint64
-	buf := make([]byte, 64<<10)
+	var buf []byte // only for bytes passed instead of carried
 	pause := 20 * time.Microsecond
 	lastProgress, lastTotal := time.Now(), uint64(0)
-	for {
-		select {
-		case ev := <-ends:
-			if ev.Gen == gen && ev.How == 2 {
-				carried = ev.Bytes
+	for first := true; ; first = false {
+		// The first look needs no wait: a body already queued when the
+		// client was armed has been verdicted inside that call.
+		if !first {
+			select {
+			case ev := <-ends:
+				if ev.Gen == gen && ev.How == 2 {
+					carried = ev.Bytes
+				}
+			case <-time.After(pause):
+				pause = min(2*pause, 2*time.Millisecond)
 			}
-		case <-time.After(pause):
-			pause = min(2*pause, 2*time.Millisecond)
 		}
 		if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
 			carried = max(carried, st.Redirected)
@@ -476,6 +487,9 @@ func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, gen uint
 		// Bytes passed to the shim mean the kernel stopped carrying this
 		// body (its counter is final): forward the rest here, after the
 		// carried bytes have landed.
+		if buf == nil {
+			buf = make([]byte, 64<<10)
+		}
 		n, rerr := readNow(x.Client.TCPConn, buf)
 		if n > 0 {
 			if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
@@ -649,6 +663,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastProgress, lastCarried := time.Now(), uint64(0)
+	haveAt, rearms := seen, 0 // the stream offset after the bytes the shim got
 	finish := func(carried uint64) error {
 		x.BodyBytesDown += int64(carried)
 		// Return once the carried bytes have landed: what the shim writes
@@ -680,8 +695,10 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				return io.ErrUnexpectedEOF
 			}
 			if len(r.data) > 0 {
-				// The arm found bytes the shim had not read: this
-				// response is the shim's to forward (nothing was carried).
+				// The arm found bytes the shim had not read (the upstream
+				// streamed on between the shim's last read and the arm):
+				// nothing of this gen was carried; the shim forwards
+				// them, then arms again from the offset after them.
 				n := fr.Feed(r.data)
 				if fr.Done() {
 					if err := k.detachClient(x, ccookie); err != nil {
@@ -696,6 +713,21 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				if fr.Done() {
 					pool(n == len(r.data) && r.err == nil)
 					return nil
+				}
+				haveAt += uint64(len(r.data))
+				w0 += uint64(n) // the kernel's bytes, if any, come after these
+				lastProgress = time.Now()
+				if r.err == nil && rearms < maxRearms {
+					rearms++
+					k.rearms.Add(1)
+					u.gen++
+					gen = u.gen
+					ctl.Gen, ctl.ArmAt = gen, haveAt
+					fr.Ctl(&ctl)
+					ctl.Flags |= maps.CtlRearm
+					if err := k.st.Arm(ucookie, ctl); err != nil {
+						return err
+					}
 				}
 			}
 			if r.err != nil {
@@ -725,6 +757,11 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		}
 	}
 }
+
+// maxRearms bounds how often one response is armed again after an arm
+// lost the race with a streaming upstream (each try costs a map update;
+// the shim forwards what arrived meanwhile, so nothing is lost either way).
+const maxRearms = 16
 
 // finishTail ends a response whose last segment the verdict passed: once
 // the carried bytes have landed, the client leaves the SOCKHASH (it cannot

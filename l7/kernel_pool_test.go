@@ -170,3 +170,62 @@ func waitIdle(t *testing.T, s *Shim, addr string, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestKernelPathFastStreamCrossesIntactInOrder(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	// An upstream that writes its events back to back races the shim's
+	// arm of the response: bytes that arrive meanwhile are forwarded by
+	// the shim, which then arms again; every event must arrive exactly
+	// once and in order, whoever carried it.
+	k := mustKernelPath(t)
+	up := rawUpstream(t, func(c net.Conn) {
+		var pending []byte
+		for {
+			h, rest, err := ReadHead(c, pending)
+			if err != nil {
+				return
+			}
+			body := make([]byte, h.ContentLength)
+			n := copy(body, rest)
+			pending = rest[n:]
+			if _, err := io.ReadFull(c, body[n:]); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			for i := range 400 {
+				ev := fmt.Sprintf("data: {\"i\":%d}\n\n", i)
+				fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev)
+			}
+			io.WriteString(c, "0\r\n\r\n")
+		}
+	})
+	m := mustModel(t, modelConfig(up))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	var want strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&want, "data: {\"i\":%d}\n\n", i)
+	}
+	for r := range 30 {
+		c := mustDial(t, addr)
+		body := strings.Repeat("q", 30000+r)
+		c.send(t, fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+		resp, got := c.response(t)
+		if resp.StatusCode != 200 || got != want.String() {
+			t.Fatalf("request %d: status %d, %d bytes of %d, first difference at %d", r, resp.StatusCode, len(got), want.Len(), firstDiff(got, want.String()))
+		}
+		c.Close()
+	}
+	t.Logf("counts %+v, re-arms %d", k.Counts(), k.Rearms())
+	waitInFlight(t, m)
+}
+
+func firstDiff(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
