@@ -307,8 +307,12 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	// Only established sockets may join a sockmap: a client that already
 	// half-closed (sent its FIN with the request) is served in userspace.
 	var u *upstreamState
+	cc, err := maps.Cookie(x.Client.TCPConn)
+	if err != nil {
+		return err
+	}
 	err = errNotJoinable
-	if cc, cerr := maps.Cookie(x.Client.TCPConn); cerr == nil && (k.st.SocketInMap(cc) || established(x.Client.TCPConn)) {
+	if k.st.SocketInMap(cc) || established(x.Client.TCPConn) {
 		u, err = k.joinUpstream(x.Upstream, slot)
 	}
 	if errors.Is(err, errNotJoinable) {
@@ -320,10 +324,8 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 	if err != nil {
 		return err
 	}
-	if ccookie, err := maps.Cookie(x.Client.TCPConn); err == nil {
-		if size, ok := k.takePeeked(ccookie); ok {
-			return k.carryPeeked(x, ccookie, u, slot, uint64(size), uc)
-		}
+	if size, ok := k.takePeeked(cc); ok {
+		return k.carryPeeked(x, cc, u, slot, uint64(size), uc)
 	}
 	ccookie, err := k.join(x.Client, slot)
 	if err != nil {
