@@ -70,6 +70,12 @@ enum sock_mode {
  * passed that the shim had not read yet; it forwarded them and tries
  * again from the offset after them): not a new request in the stats. */
 #define CTL_REARM 4
+/* REQUEST: the shim waits for END_BODY (the body was not complete when it
+ * looked): wake the ring buffer's reader for it. Without it the record is
+ * written without a wake-up (read with the next one): a body that was
+ * already queued when the socket was armed is carried inside the arm,
+ * and the shim sees that in sock_state without waiting. */
+#define CTL_NOTIFY 8
 
 struct sock_ctl {
 	__u64 peer;     /* cookie of the socket redirected bytes go to */
