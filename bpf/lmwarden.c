@@ -369,16 +369,6 @@ static __always_inline int pass(struct sock_state *st, struct replica_stats *rs,
 	return SK_PASS;
 }
 
-/* end_wakeup: the ring-buffer flags of a response_end record. A record
- * nobody waits for is written without waking the reader; one somebody
- * waits for forces the wake-up: the default (adaptive) one happens only
- * when the reader has consumed everything before the record, which an
- * earlier record without a wake-up prevents (the reader would sleep on). */
-static __always_inline __u64 end_wakeup(int wanted)
-{
-	return wanted ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-}
-
 SEC("sk_skb/stream_verdict")
 int lmw_verdict(struct __sk_buff *skb)
 {
@@ -478,8 +468,8 @@ int lmw_verdict(struct __sk_buff *skb)
 			len -= cut;
 		}
 		if (st->armed && o >= arm && o + len <= ctl->body_end) {
-			if (o + len == ctl->body_end) {
-				/* tell the shim the body is complete */
+			if (o + len == ctl->body_end && (ctl->flags & CTL_NOTIFY)) {
+				/* tell the shim, which waits, that the body is complete */
 				struct response_end ev = {
 					.cookie = cookie,
 					.bytes = st->redirected + len,
@@ -488,7 +478,7 @@ int lmw_verdict(struct __sk_buff *skb)
 					.how = END_BODY,
 				};
 
-				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), end_wakeup(ctl->flags & CTL_NOTIFY));
+				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
 			}
 			return carry(skb, ctl, st, rs, len);
 		}
@@ -523,16 +513,13 @@ int lmw_verdict(struct __sk_buff *skb)
 			if (rs)
 				rs->responses++;
 			if (ctl->flags & CTL_TAIL_PASS) {
-				/* done_gen is set before the segment is queued, so
-				 * the shim knows what it reads is this tail */
-				ev.bytes = st->redirected;
-				ev.how |= END_TAIL;
-				/* no wake-up: the shim learns of the end from the
-				 * passed segment itself (its read of the upstream) */
-				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), end_wakeup(0));
+				/* No record: the shim learns of the end from the
+				 * passed segment itself (its read of the upstream);
+				 * done_gen is set before the segment is queued, so
+				 * it knows that what it reads is this tail. */
 				return pass(st, rs, len);
 			}
-			bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), end_wakeup(1));
+			bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
 		}
 	}
 	return carry(skb, ctl, st, rs, len);

@@ -319,6 +319,14 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 		k.mu.Lock()
 		k.userX[x] = true
 		k.mu.Unlock()
+		// A head the shim only peeked is still in the socket: read it
+		// first, or the userspace copy would send it as the body, and
+		// the connection's next head would be this one again.
+		if size, ok := k.takePeeked(cc); ok {
+			if err := readExactly(x.Client.TCPConn, size, x.Idle); err != nil {
+				return err
+			}
+		}
 		return k.relayRequestUser(x, uc)
 	}
 	if err != nil {
@@ -693,7 +701,8 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 			if ev.Gen == gen && ev.How&maps.EndTail == 0 {
 				return finish(ev.Bytes)
 			}
-			// END_TAIL: done when the passed tail has been read (below).
+			// With CTL_TAIL_PASS there is no record: done when the
+			// passed tail has been read (below).
 		case r := <-w.out:
 			if st, _ := k.st.SocketState(ucookie); len(r.data) > 0 && tailMode && st.Gen == gen && st.DoneGen == gen {
 				// The verdict found the end and passed its segment: the

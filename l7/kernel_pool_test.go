@@ -229,3 +229,43 @@ func firstDiff(a, b string) int {
 	}
 	return min(len(a), len(b))
 }
+
+func TestKernelPathHalfClosedClientBodyReachesUpstreamIntact(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	// A client that sends its request and half-closes cannot join the
+	// SOCKHASH (it is no longer ESTABLISHED on the shim's side), so its
+	// body is copied in userspace; the head the shim only peeked must not
+	// be sent as that body.
+	k := mustKernelPath(t)
+	got := make(chan string, 1)
+	up := rawUpstream(t, func(c net.Conn) {
+		h, rest, err := ReadHead(c, nil)
+		if err != nil {
+			return
+		}
+		body := make([]byte, h.ContentLength)
+		n := copy(body, rest)
+		io.ReadFull(c, body[n:])
+		got <- string(body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	m := mustModel(t, modelConfig(up))
+	_, addr := mustShim(t, m, Options{Datapath: k})
+	c := mustDial(t, addr)
+	body := strings.Repeat("half-closed client body. ", 40)
+	c.send(t, fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	if err := c.Conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if b != body {
+			t.Fatalf("upstream got body %.80q..., want %.80q...", b, body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no request reached the upstream")
+	}
+	waitInFlight(t, m)
+}
