@@ -99,6 +99,12 @@ func benchUpstream(tb testing.TB) string {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchUpstreamProcess$")
 	cmd.Env = append(os.Environ(), benchUpstreamEnv+"=1")
 	cmd.Stderr = os.Stderr
+	// Its stdin is a pipe from this process: it exits when that closes,
+	// also when this process dies without its cleanup.
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -106,7 +112,7 @@ func benchUpstream(tb testing.TB) string {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	tb.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		tb.Fatalf("bench upstream: %v", err)
@@ -137,6 +143,10 @@ func TestBenchUpstreamProcess(t *testing.T) {
 		}
 	})}
 	fmt.Printf("listening %s\n", ln.Addr())
+	go func() {
+		io.Copy(io.Discard, os.Stdin) // until the benchmark's end of the pipe closes
+		os.Exit(0)
+	}()
 	srv.Serve(ln) // until the benchmark kills this process
 }
 
