@@ -437,7 +437,7 @@ int lmw_verdict(struct __sk_buff *skb)
 			st->line_pos = ctl->start_line_pos;
 			st->remaining = ctl->start_remaining;
 			st->acc = ctl->start_acc;
-			if (rs)
+			if (rs && !(ctl->flags & CTL_REARM))
 				rs->requests++;
 		}
 	}
@@ -468,8 +468,8 @@ int lmw_verdict(struct __sk_buff *skb)
 			len -= cut;
 		}
 		if (st->armed && o >= arm && o + len <= ctl->body_end) {
-			if (o + len == ctl->body_end) {
-				/* tell the shim the body is complete */
+			if (o + len == ctl->body_end && (ctl->flags & CTL_NOTIFY)) {
+				/* tell the shim, which waits, that the body is complete */
 				struct response_end ev = {
 					.cookie = cookie,
 					.bytes = st->redirected + len,
@@ -486,8 +486,14 @@ int lmw_verdict(struct __sk_buff *skb)
 	}
 	if (ctl->mode != SOCK_RESPONSE || !st->armed)
 		return pass(st, rs, len);
+	/* Past the end of this gen's response: the bytes belong to the next
+	 * response on a pooled upstream connection (its head is the shim's,
+	 * and the previous client may be gone), or are stray; either way the
+	 * shim reads them. */
+	if (st->done_gen == st->gen)
+		return pass(st, rs, len);
 
-	if (st->phase != PH_DONE && st->done_gen != st->gen) {
+	if (st->phase != PH_DONE) {
 		struct parse_ctx c = {
 			.skb = skb, .st = st, .ctl = ctl, .off = 0, .len = len,
 		};
@@ -507,11 +513,10 @@ int lmw_verdict(struct __sk_buff *skb)
 			if (rs)
 				rs->responses++;
 			if (ctl->flags & CTL_TAIL_PASS) {
-				/* done_gen is set before the segment is queued, so
-				 * the shim knows what it reads is this tail */
-				ev.bytes = st->redirected;
-				ev.how |= END_TAIL;
-				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
+				/* No record: the shim learns of the end from the
+				 * passed segment itself (its read of the upstream);
+				 * done_gen is set before the segment is queued, so
+				 * it knows that what it reads is this tail. */
 				return pass(st, rs, len);
 			}
 			bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);

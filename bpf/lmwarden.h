@@ -66,6 +66,16 @@ enum sock_mode {
  * first, safely; the next head then arrives in a plain socket, is peeked,
  * and its body is carried like a first request's (docs/kernel.md). */
 #define CTL_TAIL_PASS 2
+/* RESPONSE: a re-arm of the same response (the previous arm found bytes
+ * passed that the shim had not read yet; it forwarded them and tries
+ * again from the offset after them): not a new request in the stats. */
+#define CTL_REARM 4
+/* REQUEST: the shim waits for END_BODY (the body was not complete when it
+ * looked), so write the record. Without it there is none: a body that was
+ * already queued when the socket was armed is carried inside the arm, and
+ * the shim sees that in sock_state without waiting (a record would only
+ * wake the ring buffer's reader for nothing). */
+#define CTL_NOTIFY 8
 
 struct sock_ctl {
 	__u64 peer;     /* cookie of the socket redirected bytes go to */
@@ -125,12 +135,15 @@ struct replica_stats {
 	__u64 bytes_user;   /* bytes passed to the shim */
 };
 
-/* response_end: one ring-buffer record per finished response (and per
- * request body the kernel carried to its end). */
+/* response_end: a ring-buffer record per response whose end the kernel
+ * carried (no CTL_TAIL_PASS: the shim learns of a passed tail by reading
+ * it), and per request body carried to its end that the shim waits for
+ * (CTL_NOTIFY). Only records somebody waits for are written: one nobody
+ * reads would still wake the reader. */
 #define END_FRAMED 1 /* response: Content-Length or chunked end found */
 #define END_BODY 2   /* request: the last body byte was carried (cookie = client) */
-#define END_TAIL 4   /* with END_FRAMED: the last segment was passed (CTL_TAIL_PASS);
-		      * bytes counts only the carried ones before it */
+#define END_TAIL 4   /* no longer written (kept for the value's meaning: with
+		      * END_FRAMED, the last segment was passed) */
 
 struct response_end {
 	__u64 cookie; /* upstream socket cookie */

@@ -66,7 +66,11 @@ type peekedHead struct {
 
 // ReadFirstHead implements HeadReader: it peeks the head.
 func (k *KernelPath) ReadFirstHead(c *Conn) (*Head, []byte, error) {
-	if cookie, err := maps.Cookie(c.TCPConn); err == nil && k.st.SocketInMap(cookie) {
+	cookie, err := maps.Cookie(c.TCPConn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if k.st.SocketInMap(cookie) {
 		// A keep-alive client still in the SOCKHASH: the verdict passes
 		// its next head; read it.
 		return ReadHead(c.TCPConn, c.Pending)
@@ -76,10 +80,6 @@ func (k *KernelPath) ReadFirstHead(c *Conn) (*Head, []byte, error) {
 		return nil, nil, err
 	}
 	h, _, err := ReadHead(pr, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	cookie, err := maps.Cookie(c.TCPConn)
 	if err != nil {
 		return nil, nil, err
 	}

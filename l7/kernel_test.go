@@ -97,8 +97,9 @@ func TestKernelPathClientAbortLeavesNoSocketInMap(t *testing.T) {
 // TestShimSuiteOverKernelDatapath runs every other test of this package
 // again, in a network namespace of its own, with the kernel datapath as
 // the shims' default: the routing suite must pass with either datapath.
-// Skipped there: the two tests of upstream connection pooling (the kernel
-// datapath does not pool a connection that was in the SOCKHASH).
+// Skipped there: the replay of a request whose pooled connection the
+// replica closed unanswered. The kernel carried that request's body, so
+// the shim cannot send it again (docs/kernel.md, "Pooled upstreams").
 func TestShimSuiteOverKernelDatapath(t *testing.T) {
 	requireBPF(t)
 	if os.Getenv(suiteDatapathEnv) != "" || mapstest.Inside() {
@@ -111,7 +112,7 @@ func TestShimSuiteOverKernelDatapath(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	args := []string{"-test.run", "^Test", "-test.timeout", "5m", "-test.skip", "KernelPath|KernelDatapath|TestPooledConnection", "-test.count=1"}
+	args := []string{"-test.run", "^Test", "-test.timeout", "5m", "-test.skip", "KernelPath|KernelDatapath|TestPooledConnectionClosedUnansweredIsReplayedOnce", "-test.count=1"}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}

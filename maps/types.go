@@ -30,6 +30,8 @@ const (
 	SessionSpilled      = 2 // SESSION_SPILLED
 	CtlNoBody           = 1 // CTL_NO_BODY
 	CtlTailPass         = 2 // CTL_TAIL_PASS
+	CtlRearm            = 4 // CTL_REARM
+	CtlNotify           = 8 // CTL_NOTIFY
 	EndFramed           = 1 // END_FRAMED
 	EndBody             = 2 // END_BODY
 	EndTail             = 4 // END_TAIL

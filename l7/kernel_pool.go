@@ -1,0 +1,174 @@
+package l7
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/lmwarden/lmwarden/maps"
+)
+
+// Upstream connections in kernel mode stay in the SOCKHASH from their
+// first exchange until they close, and go back to the shim's pool between
+// exchanges like in user mode (docs/kernel.md, "Pooled upstreams"). Between
+// two exchanges such a socket is in RESPONSE mode with its response done,
+// which the verdict treats as pass mode: the next response head reaches the
+// shim, whichever client it is for. The next exchange re-arms it (a new
+// gen, a new peer) at the stream offset the shim has read up to.
+
+// upstreamState is what the kernel path remembers of an upstream socket
+// that joined the SOCKHASH. Only the exchange that holds the connection
+// uses it (a pooled connection belongs to nobody).
+type upstreamState struct {
+	cookie uint64
+	gen    uint32 // the last RESPONSE arm's gen (the shim alone writes sock_ctls)
+	// want is the written-byte count the last carried request body
+	// reaches once the kernel's bytes have landed (0: nothing pending);
+	// checked before the connection is pooled, off the first byte's path.
+	want uint64
+}
+
+// joinUpstream puts an upstream socket into the SOCKHASH once, in pass
+// mode, and remembers it: a pooled one comes back already in.
+func (k *KernelPath) joinUpstream(c *Conn, slot uint32) (*upstreamState, error) {
+	if u := k.upstream(c); u != nil {
+		return u, nil
+	}
+	cookie, err := k.join(c, slot)
+	if err != nil {
+		return nil, err
+	}
+	u := &upstreamState{cookie: cookie, gen: k.st.Ctl(cookie).Gen}
+	k.mu.Lock()
+	k.ups[c.TCPConn] = u
+	k.mu.Unlock()
+	return u, nil
+}
+
+// upstream returns the state of c if it joined the SOCKHASH, else nil.
+func (k *KernelPath) upstream(c *Conn) *upstreamState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ups[c.TCPConn]
+}
+
+// forgetClosedUpstreams drops the records of upstream sockets that left
+// the SOCKHASH (closing a socket removes it).
+func (k *KernelPath) forgetClosedUpstreams() {
+	k.mu.Lock()
+	cs := make(map[*net.TCPConn]uint64, len(k.ups))
+	for c, u := range k.ups {
+		cs[c] = u.cookie
+	}
+	k.mu.Unlock()
+	for c, cookie := range cs {
+		if !k.st.SocketInMap(cookie) {
+			k.mu.Lock()
+			delete(k.ups, c)
+			k.mu.Unlock()
+		}
+	}
+}
+
+// landed reports whether the request body bytes the kernel carried to
+// the upstream have all been queued there, so that the next request head
+// the shim writes on this connection cannot overtake them. Once the
+// response has ended they have, in practice; the wait is a safety net.
+func (k *KernelPath) landed(x *Exchange, u *upstreamState) bool {
+	want := u.want
+	u.want = 0
+	if want == 0 {
+		return true
+	}
+	return maps.WaitWritten(x.Upstream.TCPConn, want, time.Second) == nil
+}
+
+// relayResponsePlain forwards a response body by its framing with plain
+// reads: the userspace fallback for an upstream that sits in the SOCKHASH
+// (pooled), whose bytes splice(2) cannot see (the verdict moves them off
+// the TCP queue).
+func relayResponsePlain(x *Exchange, fr maps.BodyFraming) (int64, error) {
+	n, err := relayPlain(x.Client, x.Upstream, &fr, x.Idle)
+	if fr.Phase == maps.PhaseUntilClose && errors.Is(err, io.ErrUnexpectedEOF) {
+		err = nil // the close ends this body
+	}
+	return n, err
+}
+
+// upWatch reads the upstream while the kernel carries its response: a FIN
+// or RST is not carried across a redirect, so only a read notices it; it
+// also gets the segment the verdict passes (the response's tail, or
+// everything if the arm failed). stop ends it without losing a byte
+// unnoticed, so that the connection can be pooled.
+type upWatch struct {
+	c        *net.TCPConn
+	out      chan upRead
+	quit     chan struct{}
+	done     chan struct{}
+	stopping atomic.Bool
+	lost     atomic.Bool // it read bytes nobody took
+}
+
+type upRead struct {
+	data []byte
+	err  error
+}
+
+func watchUpstream(c *net.TCPConn) *upWatch {
+	w := &upWatch{c: c, out: make(chan upRead, 8), quit: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *upWatch) run() {
+	defer close(w.done)
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := w.c.Read(buf)
+		if n == 0 && err == nil {
+			continue
+		}
+		if n == 0 && w.stopping.Load() {
+			return // the deadline stop set
+		}
+		select {
+		case w.out <- upRead{data: buf[:n], err: err}:
+		case <-w.quit:
+			if n > 0 {
+				w.lost.Store(true)
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stop ends the watch; clean is false if the connection must not be
+// reused: it read bytes nobody took, or hit an error or EOF.
+func (w *upWatch) stop() (clean bool) {
+	w.stopping.Store(true)
+	close(w.quit)
+	_ = w.c.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+	_ = w.c.SetReadDeadline(time.Time{})
+	clean = !w.lost.Load()
+	for {
+		select {
+		case r := <-w.out:
+			if len(r.data) > 0 || (r.err != nil && !isTimeout(r.err)) {
+				clean = false
+			}
+		default:
+			return clean
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
