@@ -96,16 +96,9 @@ func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
-	m := w.byName[r.PathValue("name")]
-	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
-		return
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-	dec.DisallowUnknownFields()
 	var req AffinityRequest
-	if err := dec.Decode(&req); err != nil {
-		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want {\"affinity\": true|false}: %v", err))
+	m := w.decodeModelPut(rw, r, &req, `{"affinity": true|false}`)
+	if m == nil {
 		return
 	}
 	if req.Affinity == nil {
@@ -115,6 +108,24 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 	m.SetAffinity(*req.Affinity)
 	w.log.Info("affinity changed", "model", m.Name(), "affinity", *req.Affinity)
 	writeJSON(rw, http.StatusOK, m.Status())
+}
+
+// decodeModelPut finds the model a PUT names and decodes its small JSON
+// body into req (unknown fields refused). It answers 404 or 400 itself and
+// returns nil then; want describes the expected body in the 400.
+func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *Model {
+	m := w.byName[r.PathValue("name")]
+	if m == nil {
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		return nil
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s: %v", want, err))
+		return nil
+	}
+	return m
 }
 
 func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 )
 
@@ -18,16 +16,9 @@ type PolicyRequest struct {
 // against one warden without restarting it and losing its sessions. The
 // session table is kept: a session pinned under one policy stays pinned.
 func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
-	m := w.byName[r.PathValue("name")]
-	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
-		return
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-	dec.DisallowUnknownFields()
 	var req PolicyRequest
-	if err := dec.Decode(&req); err != nil {
-		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want {\"policy\": \"name\"}: %v", err))
+	m := w.decodeModelPut(rw, r, &req, `{"policy": "name"}`)
+	if m == nil {
 		return
 	}
 	if req.Policy == "" {
