@@ -154,20 +154,44 @@ func TestBenchUpstreamProcess(t *testing.T) {
 // response; it returns the time to the first response byte and the bytes
 // of the response.
 func benchRequest(tb testing.TB, addr, body string) (time.Duration, int64) {
+	c := benchDial(tb, addr)
+	defer c.Close()
+	return timedExchange(tb, c, bufio.NewReaderSize(c, 64<<10), benchMessage(body))
+}
+
+// keepAliveRequester returns a func that sends benchRequest's request on
+// one connection it keeps open, like a pooled upstream connection.
+func keepAliveRequester(tb testing.TB, addr, body string) func() (time.Duration, int64) {
+	c := benchDial(tb, addr)
+	tb.Cleanup(func() { c.Close() })
+	br := bufio.NewReaderSize(c, 64<<10)
+	msg := benchMessage(body)
+	return func() (time.Duration, int64) { return timedExchange(tb, c, br, msg) }
+}
+
+func benchDial(tb testing.TB, addr string) net.Conn {
 	d := net.Dialer{}
 	d.SetMultipathTCP(false)
 	c, err := d.DialContext(context.Background(), "tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer c.Close()
+	return c
+}
+
+// benchMessage is the benchmark's request: head and a JSON body.
+func benchMessage(body string) string {
+	return "POST /v1/messages HTTP/1.1\r\nHost: b\r\nX-Claude-Code-Session-Id: bench\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// timedExchange writes msg on c, times the first response byte and reads
+// the whole response (at least the 256 events the upstream streams).
+func timedExchange(tb testing.TB, c net.Conn, br *bufio.Reader, msg string) (time.Duration, int64) {
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	start := time.Now()
-	head := "POST /v1/messages HTTP/1.1\r\nHost: b\r\nX-Claude-Code-Session-Id: bench\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
-	if _, err := io.WriteString(c, head+body); err != nil {
+	if _, err := io.WriteString(c, msg); err != nil {
 		tb.Fatal(err)
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
 	if _, err := br.Peek(1); err != nil {
 		tb.Fatal(err)
 	}
@@ -182,41 +206,6 @@ func benchRequest(tb testing.TB, addr, body string) (time.Duration, int64) {
 		tb.Fatalf("response: %d bytes, %v", n, err)
 	}
 	return ttfb, n
-}
-
-// keepAliveRequester returns a func that sends benchRequest's request on
-// one connection it keeps open, like a pooled upstream connection.
-func keepAliveRequester(tb testing.TB, addr, body string) func() (time.Duration, int64) {
-	d := net.Dialer{}
-	d.SetMultipathTCP(false)
-	c, err := d.DialContext(context.Background(), "tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	br := bufio.NewReaderSize(c, 64<<10)
-	head := "POST /v1/messages HTTP/1.1\r\nHost: b\r\nX-Claude-Code-Session-Id: bench\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
-	return func() (time.Duration, int64) {
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		start := time.Now()
-		if _, err := io.WriteString(c, head+body); err != nil {
-			tb.Fatal(err)
-		}
-		if _, err := br.Peek(1); err != nil {
-			tb.Fatal(err)
-		}
-		ttfb := time.Since(start)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil || n < 256*80 {
-			tb.Fatalf("response: %d bytes, %v", n, err)
-		}
-		return ttfb, n
-	}
 }
 
 // benchCPU is the CPU time, in seconds, of the processes that carry the
