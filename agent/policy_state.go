@@ -189,11 +189,6 @@ func (m *Model) peerObserve(i int, s ReplicaMetrics, now time.Time) {
 	m.admitParked(now.UnixNano())
 }
 
-// isPeerPolicy reports the policies that use peerState.
-func isPeerPolicy(p Policy) bool {
-	return p == PolicyCost || p == PolicyCacheAware || p == PolicyStickyUntilSaturated
-}
-
 // pickPeer is pickByPolicy for the cost-aware policies; it books the
 // placement it chooses.
 func (m *Model) pickPeer(p Policy, h uint64, r Request) int {

@@ -357,7 +357,7 @@ func TestAnthropicStreamHasTheEventSequenceAndCacheReadUsage(t *testing.T) {
 	msgs = append(msgs, map[string]any{"role": "assistant", "content": text.String()},
 		map[string]any{"role": "user", "content": "go on"})
 	_, body = mustPost(t, u, map[string]any{"model": "m", "max_tokens": 4, "stream": true, "system": sys, "messages": msgs})
-	names, data = sseEvents(t, body)
+	_, data = sseEvents(t, body)
 	var delta struct {
 		Usage struct {
 			Input     int `json:"input_tokens"`
