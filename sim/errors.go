@@ -11,6 +11,7 @@ var (
 	ErrBadLBStats     = errors.New("sim: unknown lb-stats mode")
 	ErrBadShape       = errors.New("sim: unknown shape")
 	ErrNoReplica      = errors.New("sim: no such replica")
+	ErrBadReplyModel  = errors.New("sim: bad reply model")
 
 	// errBadRequest marks a request the API rejects with 400.
 	errBadRequest = errors.New("invalid request")
