@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // ServerConfig configures the real-mode simulator.
@@ -18,12 +20,12 @@ type ServerConfig struct {
 	Listen   string // host:port; in the ports shape replica i listens on port+i (port 0: any free port each)
 	Shape    string // "ports" (default) or "ranks"
 	Profile  Profile
-	Speed    float64 // modelled seconds per wall second; 0 means 1
-	Model    string  // served model name
-	LBStats  LBStats // ranks shape: how current the balancer's stats are
+	Speed    float64          // modelled seconds per wall second; 0 means 1
+	Model    string           // served model name
+	LBStats  vllmlb.StatsMode // ranks shape: how current the balancer's stats are
 }
 
-// Shapes of deployment (DESIGN.md).
+// Shapes of deployment (docs/architecture.md).
 const (
 	ShapePorts = "ports"
 	ShapeRanks = "ranks"
@@ -34,7 +36,7 @@ const (
 type Servers struct {
 	cfg      ServerConfig
 	pacer    *pacer
-	balancer *DPBalancer // ranks shape only
+	balancer *vllmlb.Balancer // ranks shape only
 	servers  []*http.Server
 	urls     []string
 	nextID   atomic.Uint64
@@ -118,7 +120,7 @@ func Serve(ctx context.Context, cfg ServerConfig) (*Servers, error) {
 		for i := range all {
 			all[i], labels[i] = i, strconv.Itoa(i)
 		}
-		s.balancer = NewDPBalancer(cfg.Replicas, cfg.LBStats)
+		s.balancer = vllmlb.New(cfg.Replicas, cfg.LBStats)
 		s.startCoordinator()
 		handlers = append(handlers, s.handler(-1, newReplicaRegistry(s.pacer, cfg.Model, cfg.Profile, all, labels)))
 	}
@@ -182,8 +184,8 @@ func (s *Servers) startCoordinator() {
 			waiting[i], running[i] = len(st.waiting), len(st.running)
 		}
 		s.balancer.Observe(v.Now(), waiting, running)
-		if s.cfg.LBStats != LBStatsNone {
-			v.At(v.Now().Add(LBPublishInterval), publish)
+		if s.cfg.LBStats != vllmlb.None {
+			v.At(v.Now().Add(vllmlb.PublishInterval), publish)
 		}
 	}
 	s.pacer.do(func(v *Virtual) { v.At(v.Now(), publish) })
