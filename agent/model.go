@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lmwarden/lmwarden/sim"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // PlacementKind says how a request's replica was chosen.
@@ -159,7 +159,7 @@ type Model struct {
 	rr       int
 	rng      *rand.Rand
 	ring     []ringPoint
-	dp       *sim.DPBalancer
+	dp       *vllmlb.Balancer
 	lbWait   []int
 	lbRun    []int
 	eligible func(int) bool
@@ -211,11 +211,11 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 		m.reps[i].hitRate.window = window
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
-	mode, err := sim.ParseLBStats(mc.VLLMLBStats)
+	mode, err := vllmlb.ParseStatsMode(mc.VLLMLBStats)
 	if err != nil {
 		return nil, err
 	}
-	m.dp = sim.NewDPBalancer(n, mode)
+	m.dp = vllmlb.New(n, mode)
 	m.lbWait, m.lbRun = make([]int, n), make([]int, n)
 	m.eligible = func(i int) bool { return m.reps[i].healthy }
 	m.ring = buildRing(m.reps)

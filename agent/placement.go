@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// This file is THE placement rule (DESIGN.md, "Placement") and the peer
+// This file is THE placement rule (docs/placement.md) and the peer
 // policies it is measured against. Everything else in the package feeds it
 // numbers or reports what it did.
 
@@ -22,7 +22,7 @@ const (
 	// the threshold, client-pinned header honoured. The rule below.
 	PolicySticky Policy = "sticky"
 	// PolicyVLLMLB: vLLM's own data-parallel balancer as it really behaves
-	// (sim.DPBalancer: waiting*4+running from coordinator stats, local bumps,
+	// (vllmlb.Balancer: waiting*4+running from coordinator stats, local bumps,
 	// rotating start). Also what affinity off means in the per-replica shape.
 	PolicyVLLMLB Policy = "vllm-lb"
 	// PolicyShortestQueue: waiting*4+running from the warden's exact, fresh

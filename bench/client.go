@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,9 +26,15 @@ const (
 // SessionHeader carries the session id on every request, as Claude Code does.
 const SessionHeader = "X-Claude-Code-Session-Id"
 
+// ParkedHeader is the response header in which the warden says how long a
+// request waited for admission before it was placed, in seconds (only on
+// requests that waited).
+const ParkedHeader = "X-Warden-Parked-Seconds" // l7.ParkedHeader
+
 // turnResult is what the client saw of one streamed turn.
 type turnResult struct {
 	ttft          time.Duration // request start to the first content token; < 0 if none
+	parked        time.Duration // the warden's ParkedHeader: wait at admission (0: none)
 	text          string
 	promptTokens  int
 	cachedTokens  int
@@ -77,6 +85,9 @@ func streamTurn(ctx context.Context, c *http.Client, api, target, model, session
 	}
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
+	if v, err := strconv.ParseFloat(resp.Header.Get(ParkedHeader), 64); err == nil && v > 0 && v < math.MaxInt64/1e9 {
+		res.parked = time.Duration(v * float64(time.Second))
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return res, fmt.Errorf("%w: HTTP %s: %s", ErrRequestFail, resp.Status, strings.TrimSpace(string(msg)))

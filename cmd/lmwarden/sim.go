@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -50,7 +51,7 @@ func runSim(args []string) error {
 		fmt.Fprint(simStdout, sim.CalibrationTable(p))
 		return nil
 	}
-	lb, err := sim.ParseLBStats(*lbStats)
+	lb, err := vllmlb.ParseStatsMode(*lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
 	}
