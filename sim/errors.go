@@ -10,6 +10,7 @@ var (
 	ErrEmptyPrompt    = errors.New("sim: empty prompt")
 	ErrBadShape       = errors.New("sim: unknown shape")
 	ErrNoReplica      = errors.New("sim: no such replica")
+	ErrBadReplyModel  = errors.New("sim: bad reply model")
 
 	// errBadRequest marks a request the API rejects with 400.
 	errBadRequest = errors.New("invalid request")

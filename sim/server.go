@@ -23,6 +23,13 @@ type ServerConfig struct {
 	Speed    float64          // modelled seconds per wall second; 0 means 1
 	Model    string           // served model name
 	LBStats  vllmlb.StatsMode // ranks shape: how current the balancer's stats are
+	// Replies is how the model answers (zero value: DefaultReplies).
+	Replies ReplyModel
+	// NoPromptTokensDetails answers as vLLM without
+	// --enable-prompt-tokens-details: no cached_tokens in OpenAI usage, no
+	// cache fields in Anthropic usage (whose input_tokens is then the whole
+	// prompt). By default the simulator reports them, as vLLM with the flag.
+	NoPromptTokensDetails bool
 }
 
 // Shapes of deployment (docs/architecture.md).
@@ -69,6 +76,12 @@ func Serve(ctx context.Context, cfg ServerConfig) (*Servers, error) {
 	}
 	if cfg.Model == "" {
 		cfg.Model = "qwen3-4b"
+	}
+	if cfg.Replies == (ReplyModel{}) {
+		cfg.Replies = DefaultReplies
+	}
+	if err := cfg.Replies.Check(); err != nil {
+		return nil, err
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {

@@ -228,8 +228,8 @@ func finishReport(w io.Writer, rep *bench.Report, out string) error {
 	if err := rep.Write(out); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	fmt.Fprintf(w, "\nwall time %.1fs. Report: %s and %s; plots: %s, %s, %s (in %s)\n",
-		rep.WallSeconds, bench.ReportJSON, bench.ReportCSV, bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, out)
+	fmt.Fprintf(w, "\nwall time %.1fs. Report: %s and %s; plots: %s, %s, %s, %s (in %s)\n",
+		rep.WallSeconds, bench.ReportJSON, bench.ReportCSV, bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.PlotTask, out)
 	return nil
 }
 

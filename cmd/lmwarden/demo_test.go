@@ -37,7 +37,7 @@ func TestDemoRunsTheABThroughTheWardenAndWritesTheReport(t *testing.T) {
 			t.Fatalf("arm %s: %+v", arm, x)
 		}
 	}
-	for _, f := range []string{bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.ReportCSV} {
+	for _, f := range []string{bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.PlotTask, bench.ReportCSV} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}
