@@ -9,6 +9,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0

@@ -120,6 +120,10 @@ func streamTurn(ctx context.Context, c *http.Client, api, target, model, session
 	return res, nil
 }
 
+// requestBody is one turn's body. Every turn asks for exactly its
+// max_tokens with vLLM's ignore_eos sampling flag (the simulator honours it
+// on both APIs; a real vLLM on its OpenAI endpoints), so the workload's
+// output sizes do not depend on where a model would have stopped.
 func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) ([]byte, string) {
 	type msg struct {
 		Role    string `json:"role"`
@@ -132,6 +136,7 @@ func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) (
 		}
 		b, _ := json.Marshal(map[string]any{
 			"model": model, "max_tokens": maxTokens, "stream": true, "system": system, "messages": ms,
+			"ignore_eos": true,
 		})
 		return b, "/v1/messages"
 	}
@@ -141,7 +146,7 @@ func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) (
 		ms = append(ms, msg{m.Role, m.Content})
 	}
 	b, _ := json.Marshal(map[string]any{
-		"model": model, "max_tokens": maxTokens, "stream": true,
+		"model": model, "max_tokens": maxTokens, "stream": true, "ignore_eos": true,
 		"stream_options": map[string]any{"include_usage": true}, "messages": ms,
 	})
 	return b, "/v1/chat/completions"

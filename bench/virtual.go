@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -27,7 +28,7 @@ type VirtualConfig struct {
 	// comparisons). Otherwise the whole run shares one set of replicas and
 	// one warden, arms back to back, as the reference A/B did.
 	FreshReplicas bool
-	LBStats       sim.LBStats
+	LBStats       vllmlb.StatsMode
 	Seed          uint64
 	// PollInterval is how often replica stats feed Model.ObserveReplica and
 	// the busy count, as the warden's poller would (default 250 ms).
