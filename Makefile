@@ -17,6 +17,7 @@ deps:
 	bash scripts/deps.sh
 
 test: deps
+	bash bpf/check-generated.sh
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
 
