@@ -5,7 +5,7 @@ PKGS    := ./...
 # The whole suite, BPF tests included, must fit CI's 90 minutes with room.
 TESTTIMEOUT ?= 30m
 
-.PHONY: all build test generate bench demo deps clean
+.PHONY: all build test check generate bench demo deps clean
 
 all: build
 
@@ -16,9 +16,18 @@ build:
 deps:
 	bash scripts/deps.sh
 
-test: deps
+# check is what keeps the house in order without running a test: go.mod
+# says what the code imports (tidy leaves no diff), the committed bpf2go
+# output is what the C builds to (where clang is installed), vet, and
+# staticcheck (a `go tool` dependency pinned in go.mod, so every machine
+# runs the same one).
+check:
+	$(GO) mod tidy -diff
 	bash bpf/check-generated.sh
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+test: deps check
 	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
 
 # generate rebuilds the bpf2go output (needs clang); the output is committed,

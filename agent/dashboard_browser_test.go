@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -79,10 +80,10 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the switch asked for no confirmation")
 		}
-		waitUntil(t, 10*time.Second, "affinity off in the API", func() bool {
+		testutil.Eventually(t, 10*time.Second, "affinity off in the API", func() bool {
 			return !env.model(t).Affinity
 		})
-		waitUntil(t, 10*time.Second, "the pill to say Affinity off", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the pill to say Affinity off", func() bool {
 			txt := mustRun(t, ctx, chromedp.Evaluate[string](`document.querySelector('[data-model="`+dashboardModel+`"] [data-pill="affinity"]').textContent`))
 			return txt == "Affinity off"
 		})
@@ -169,7 +170,7 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	env := &dashboardEnv{sim: servers, warden: w, frontend: "http://" + ln.Addr().String(), admin: "http://" + w.AdminAddr()}
 	// The token series count from each replica's first read (a baseline):
 	// send nothing before every replica has been read once.
-	waitUntil(tb, 10*time.Second, "a first poll of every replica", func() bool {
+	testutil.Eventually(tb, 10*time.Second, "a first poll of every replica", func() bool {
 		for _, r := range env.model(tb).Replicas {
 			if r.ObservedAt == nil {
 				return false
@@ -270,7 +271,7 @@ func (env *dashboardEnv) sendSessions(tb testing.TB, sessions, turns int) traffi
 // complete slots. From then on the API's values no longer change.
 func (env *dashboardEnv) waitStill(tb testing.TB, sent traffic) {
 	tb.Helper()
-	waitUntil(tb, 30*time.Second, "the warden to see the traffic end", func() bool {
+	testutil.Eventually(tb, 30*time.Second, "the warden to see the traffic end", func() bool {
 		m := env.model(tb)
 		if m.InFlight != 0 {
 			return false
@@ -322,21 +323,22 @@ const readCardJS = `(() => {
 func waitCardMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv) pageCard {
 	tb.Helper()
 	var card pageCard
-	var diffs []string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var last string
+	testutil.Eventually(tb, 15*time.Second, "the card to match GET /api/v1/models", func() bool {
 		before := env.model(tb)
 		card = mustRun(tb, ctx, chromedp.Evaluate[pageCard](readCardJS))
 		after := env.model(tb)
-		diffs = compareCard(card, after)
+		diffs := compareCard(card, after)
 		if len(diffs) == 0 && sameNumbers(before, after) {
-			return card
+			return true
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the card does not match GET /api/v1/models:\n  %s", strings.Join(diffs, "\n  "))
+		if d := strings.Join(diffs, "\n  "); d != last && d != "" {
+			tb.Logf("the card differs from the API:\n  %s", d)
+			last = d
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return false
+	})
+	return card
 }
 
 func compareCard(card pageCard, m agent.ModelStatus) []string {
@@ -469,17 +471,6 @@ func mustGetAdminJSON(tb testing.TB, url string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		tb.Fatalf("GET %s: %v", url, err)
-	}
-}
-
-func waitUntil(tb testing.TB, limit time.Duration, what string, ok func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("gave up after %v waiting for %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -43,13 +43,12 @@ type Warden struct {
 	mux        *http.ServeMux
 	client     *http.Client
 
-	mu       sync.Mutex
-	started  bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	srv      *http.Server
-	adminLn  net.Listener
-	closeErr error
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	srv     *http.Server
+	adminLn net.Listener
 }
 
 // New builds the models of a validated config. It starts nothing.

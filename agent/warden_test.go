@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -96,18 +97,6 @@ func mustSend(tb testing.TB, m *Model, p Placement, session string, turn int) {
 	m.Done(p, time.Now())
 }
 
-// waitFor polls cond (bounded, not a timing assertion).
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestSixTurnsOfOneSessionLandOnOneSimReplica(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 4})
 	w := mustWarden(t, simModel("m", s, sim.ShapePorts))
@@ -189,7 +178,7 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 		t.Errorf("in flight %d", st.InFlight)
 	}
 	// The poller reads every rank's numbers from the one /metrics by engine label.
-	waitFor(t, "per-rank prefix counters", func() bool {
+	testutil.Eventually(t, 10*time.Second, "per-rank prefix counters", func() bool {
 		st := m.Status()
 		n := 0
 		for _, r := range st.Replicas {
@@ -213,7 +202,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	mc.Replicas = []string{healthy.URLs()[0], "http://" + addr}
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
-	waitFor(t, "first poll", func() bool { return m.Status().Replicas[1].ObservedAt != nil })
+	testutil.Eventually(t, 10*time.Second, "first poll", func() bool { return m.Status().Replicas[1].ObservedAt != nil })
 
 	// A session pinned to the flaky replica.
 	p, err := m.Place(Request{SessionID: "x", PinnedHeader: "1", Now: time.Now()})
@@ -223,7 +212,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	mustSend(t, m, p, "x", 0)
 
 	flaky.Close()
-	waitFor(t, "replica 1 unhealthy", func() bool { return !m.Status().Replicas[1].Healthy })
+	testutil.Eventually(t, 10*time.Second, "replica 1 unhealthy", func() bool { return !m.Status().Replicas[1].Healthy })
 	for i := range 6 {
 		q, err := m.Place(Request{SessionID: fmt.Sprint("new", i), Now: time.Now()})
 		if err != nil {
@@ -245,7 +234,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 
 	flaky2 := mustSim(t, sim.ServerConfig{Replicas: 1, Listen: addr})
 	_ = flaky2
-	waitFor(t, "replica 1 healthy again", func() bool { return m.Status().Replicas[1].Healthy })
+	testutil.Eventually(t, 10*time.Second, "replica 1 healthy again", func() bool { return m.Status().Replicas[1].Healthy })
 	seen1 := false
 	for i := range 8 {
 		q, err := m.Place(Request{SessionID: fmt.Sprint("back", i), Now: time.Now()})

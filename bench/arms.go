@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/lmwarden/lmwarden/agent"
-	"github.com/lmwarden/lmwarden/sim"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // Arm is one side of an A/B: a name for the table and what the warden runs.
@@ -67,7 +67,7 @@ func parseArm(name string) (Arm, error) {
 }
 
 // describe says what an arm runs, for the report.
-func (a Arm) describe(lb sim.LBStats, oneEndpoint bool) string {
+func (a Arm) describe(lb vllmlb.StatsMode, oneEndpoint bool) string {
 	return a.describeLB(lb.String(), oneEndpoint)
 }
 

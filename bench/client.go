@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,9 +26,15 @@ const (
 // SessionHeader carries the session id on every request, as Claude Code does.
 const SessionHeader = "X-Claude-Code-Session-Id"
 
+// ParkedHeader is the response header in which the warden says how long a
+// request waited for admission before it was placed, in seconds (only on
+// requests that waited).
+const ParkedHeader = "X-Warden-Parked-Seconds" // l7.ParkedHeader
+
 // turnResult is what the client saw of one streamed turn.
 type turnResult struct {
 	ttft          time.Duration // request start to the first content token; < 0 if none
+	parked        time.Duration // the warden's ParkedHeader: wait at admission (0: none)
 	text          string
 	promptTokens  int
 	cachedTokens  int
@@ -77,6 +85,9 @@ func streamTurn(ctx context.Context, c *http.Client, api, target, model, session
 	}
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
+	if v, err := strconv.ParseFloat(resp.Header.Get(ParkedHeader), 64); err == nil && v > 0 && v < math.MaxInt64/1e9 {
+		res.parked = time.Duration(v * float64(time.Second))
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return res, fmt.Errorf("%w: HTTP %s: %s", ErrRequestFail, resp.Status, strings.TrimSpace(string(msg)))
@@ -109,6 +120,10 @@ func streamTurn(ctx context.Context, c *http.Client, api, target, model, session
 	return res, nil
 }
 
+// requestBody is one turn's body. Every turn asks for exactly its
+// max_tokens with vLLM's ignore_eos sampling flag (the simulator honours it
+// on both APIs; a real vLLM on its OpenAI endpoints), so the workload's
+// output sizes do not depend on where a model would have stopped.
 func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) ([]byte, string) {
 	type msg struct {
 		Role    string `json:"role"`
@@ -121,6 +136,7 @@ func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) (
 		}
 		b, _ := json.Marshal(map[string]any{
 			"model": model, "max_tokens": maxTokens, "stream": true, "system": system, "messages": ms,
+			"ignore_eos": true,
 		})
 		return b, "/v1/messages"
 	}
@@ -130,7 +146,7 @@ func requestBody(api, model, system string, msgs []sim.Message, maxTokens int) (
 		ms = append(ms, msg{m.Role, m.Content})
 	}
 	b, _ := json.Marshal(map[string]any{
-		"model": model, "max_tokens": maxTokens, "stream": true,
+		"model": model, "max_tokens": maxTokens, "stream": true, "ignore_eos": true,
 		"stream_options": map[string]any{"include_usage": true}, "messages": ms,
 	})
 	return b, "/v1/chat/completions"

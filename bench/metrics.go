@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -23,6 +24,8 @@ var (
 	metricHits      = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}
 	metricRequests  = []string{"vllm:request_success_total", "vllm:request_success"}
 	metricGenerated = []string{"vllm:generation_tokens_total", "vllm:generation_tokens"}
+	// the KV cache's size, as labels of an info gauge
+	metricCacheConfig = []string{"vllm:cache_config_info"}
 )
 
 // metricsSource is one /metrics URL; it may hold several replicas (the
@@ -80,10 +83,30 @@ func parseReplicaMetrics(r io.Reader, h http.Header) (map[string]*replicaSample,
 	each(metricHits, func(s *replicaSample, v float64) { s.PrefixHits += v })
 	each(metricRequests, func(s *replicaSample, v float64) { s.RequestsDone += v })
 	each(metricGenerated, func(s *replicaSample, v float64) { s.GenerationTokens += v })
+	for _, mf := range fams[metricCacheConfig[0]].GetMetric() {
+		if s := out[engineLabel(mf)]; s != nil {
+			s.KVCapacity += kvCapacityTokens(mf)
+		}
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: no vLLM series (vllm:num_requests_running) in the exposition", ErrNoReplicas)
 	}
 	return out, nil
+}
+
+// kvCapacityTokens is num_gpu_blocks × block_size of a cache_config_info
+// series (0 when either label is missing).
+func kvCapacityTokens(m *dto.Metric) float64 {
+	var blocks, size float64
+	for _, l := range m.GetLabel() {
+		switch l.GetName() {
+		case "num_gpu_blocks":
+			blocks, _ = strconv.ParseFloat(l.GetValue(), 64)
+		case "block_size":
+			size, _ = strconv.ParseFloat(l.GetValue(), 64)
+		}
+	}
+	return blocks * size
 }
 
 func engineLabel(m *dto.Metric) string {

@@ -40,13 +40,15 @@ vllm:gpu_prefix_cache_hits{engine="0",model_name="m"} 250
 # TYPE vllm:request_success_total counter
 vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 3
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 4
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2500"} 1
 `
 	got, err := parseReplicaMetrics(strings.NewReader(exposition), http.Header{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := got["0"]
-	if s == nil || s.Running != 2 || s.PrefixQueries != 1000 || s.PrefixHits != 250 || s.RequestsDone != 7 {
+	if s == nil || s.Running != 2 || s.PrefixQueries != 1000 || s.PrefixHits != 250 || s.RequestsDone != 7 || s.KVCapacity != 40000 {
 		t.Fatalf("parsed %+v", s)
 	}
 	if _, err := parseReplicaMetrics(strings.NewReader("# TYPE other gauge\nother 1\n"), http.Header{}); err == nil {

@@ -15,8 +15,9 @@ import (
 
 const plotW, plotH = 7 * vg.Inch, 4.5 * vg.Inch
 
-// writePlots draws the three SVGs: TTFT p50/p95 per step (log scale), hit
-// rate per step with the ideal as a reference line, output tokens a minute.
+// writePlots draws the four SVGs: TTFT p50/p95 per step (log scale), hit
+// rate per step with the ideal as a reference line, output tokens a minute,
+// task completion time p50/p95 (log scale).
 func (r *Report) writePlots(dir string) error {
 	ttft := r.newPlot("Time to first token", "seconds (log scale)")
 	ttft.Y.Scale = plot.LogScale{}
@@ -57,7 +58,24 @@ func (r *Report) writePlots(dir string) error {
 		}
 	}
 
-	for name, p := range map[string]*plot.Plot{PlotTTFT: ttft, PlotHitRate: hits, PlotThroughput: tput} {
+	task := r.newPlot("Task completion time (sessions that finished in the window)", "seconds (log scale)")
+	if r.anyTask() {
+		task.Y.Scale = plot.LogScale{}
+		task.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else { // a log axis without a point cannot be drawn
+		task.Title.Text = "Task completion time: no session finished within a window"
+		task.Y.Label.Text = "seconds"
+	}
+	for i, arm := range r.Arms {
+		if err := r.addLine(task, i, arm+" p50", arm, func(x Result) Num { return x.TaskP50 }, nil, true); err != nil {
+			return err
+		}
+		if err := r.addLine(task, i, arm+" p95", arm, func(x Result) Num { return x.TaskP95 }, []vg.Length{vg.Points(6), vg.Points(3)}, true); err != nil {
+			return err
+		}
+	}
+
+	for name, p := range map[string]*plot.Plot{PlotTTFT: ttft, PlotHitRate: hits, PlotThroughput: tput, PlotTask: task} {
 		if err := p.Save(plotW, plotH, filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -118,4 +136,14 @@ func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result
 	p.Add(l, s)
 	p.Legend.Add(label, l, s)
 	return nil
+}
+
+// anyTask says whether some window finished a session.
+func (r *Report) anyTask() bool {
+	for _, x := range r.Results {
+		if v := float64(x.TaskP50); v > 0 && !math.IsNaN(v) {
+			return true
+		}
+	}
+	return false
 }

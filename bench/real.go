@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/lmwarden/sim"
 )
 
 // RealConfig is a run over real HTTP against any endpoint: the warden, or a
@@ -203,9 +205,12 @@ func (r *realRun) scaled(d time.Duration) time.Duration {
 func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm Arm) (Result, error) {
 	r.drain(ctx)
 	rec := newRecorder(len(r.poller.keys))
-	var mu sync.Mutex // guards rec
+	var mu sync.Mutex // guards rec and live
+	live := liveSet{}
 	before, haveAdmin := r.adminCounters(ctx)
 	rec.poll(r.poller.poll(ctx))
+	rec.tasks.liveContext(0)
+	ws := &realWindow{rec: rec, mu: &mu, live: live, start: time.Now(), speed: r.cfg.Speed}
 
 	wctx, cancel := context.WithTimeout(ctx, r.scaled(r.cfg.Duration))
 	defer cancel()
@@ -223,6 +228,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 				s := r.poller.poll(ctx) // the window's closing sample
 				mu.Lock()
 				rec.poll(s)
+				rec.tasks.liveContext(live.sum())
 				mu.Unlock()
 				return
 			case <-t.C:
@@ -232,6 +238,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 				}
 				mu.Lock()
 				rec.poll(s)
+				rec.tasks.liveContext(live.sum())
 				mu.Unlock()
 				r.cfg.Progress.Update(time.Since(start).Seconds() / total.Seconds())
 			}
@@ -247,7 +254,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 			defer wg.Done()
 			for wctx.Err() == nil {
 				s := r.wl.SessionVariant(int(next.Add(1)-1), variant)
-				if !r.playSession(wctx, s, sys, rec, &mu) {
+				if !r.playSession(wctx, s, sys, ws) {
 					// back off after a failure, so a dead endpoint is
 					// counted, not hammered
 					select {
@@ -280,11 +287,24 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 	return rec.result(sessions, arm.Name, r.cfg.Duration.Seconds(), sys), nil
 }
 
+// realWindow is what a window's session goroutines share.
+type realWindow struct {
+	rec   *recorder
+	mu    *sync.Mutex // guards rec and live
+	live  liveSet
+	start time.Time
+	speed float64
+}
+
+// since is seconds from the window's start to t, in the replicas' time.
+func (ws *realWindow) since(t time.Time) float64 { return t.Sub(ws.start).Seconds() * ws.speed }
+
 // playSession sends a session's turns until it ends, fails or the window
 // closes; false when a request failed.
-func (r *realRun) playSession(wctx context.Context, s *Session, sys int, rec *recorder, mu *sync.Mutex) bool {
+func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *realWindow) bool {
+	rec, mu := ws.rec, ws.mu
 	c := NewConversation(s)
-	reused := sys
+	reused, held := sys, 0
 	for !c.Done() {
 		select {
 		case <-wctx.Done():
@@ -292,36 +312,55 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, rec *re
 		case <-time.After(r.scaled(s.Pauses[c.Turn])):
 		}
 		msgs := c.Next()
+		sent := time.Now()
+		mu.Lock()
+		if c.Turn == 0 {
+			rec.tasks.sessionStarted(s.ID, ws.since(sent))
+		}
+		// the prompt's size is known from the answer's usage; until then,
+		// the history so far and the new message (4 bytes a token)
+		ws.live.set(s.ID, max(held, sys)+len(msgs[len(msgs)-1].Content)/sim.BytesPerToken)
+		mu.Unlock()
 		rctx, cancel := context.WithTimeout(wctx, r.scaled(r.cfg.RequestTimeout))
 		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, msgs, s.MaxTokens[c.Turn])
 		timedOut := rctx.Err() != nil && wctx.Err() == nil
 		cancel()
 		mu.Lock()
+		if res.parked > 0 {
+			rec.tasks.parkedFor(res.parked.Seconds()*r.cfg.Speed, false)
+		}
 		switch {
 		case wctx.Err() != nil:
 			rec.cut++ // the window closed with the request in flight
 			mu.Unlock()
 			return true
-		case timedOut:
-			rec.failed("timeout", true, fmt.Errorf("no complete answer within %v", r.cfg.RequestTimeout))
-			mu.Unlock()
-			return false
-		case err != nil:
-			rec.failed(failureKind(err, res), false, err)
+		case timedOut || err != nil:
+			if timedOut {
+				rec.failed("timeout", true, fmt.Errorf("no complete answer within %v", r.cfg.RequestTimeout))
+			} else {
+				rec.failed(failureKind(err, res), false, err)
+			}
+			rec.tasks.sessionFailed(s.ID)
+			ws.live.end(s.ID)
 			mu.Unlock()
 			return false
 		}
 		ttft := res.ttft.Seconds() * r.cfg.Speed
-		rec.answered(s.ID, ttft, res.promptTokens, res.cachedTokens, res.outputTokens, reused)
+		rec.answered(s.ID, c.Turn == 0, ttft, res.promptTokens, res.cachedTokens, res.outputTokens, reused)
+		held = res.promptTokens + res.outputTokens
+		ws.live.set(s.ID, held)
 		if c.Turn == len(s.Users)-1 {
 			rec.completed++
+			rec.tasks.sessionFinished(s.ID, ws.since(time.Now()))
+			ws.live.end(s.ID)
 		}
 		mu.Unlock()
-		reused = res.promptTokens + res.outputTokens
+		reused = held
 		c.Reply(res.text)
 	}
 	return true
 }
+
 
 // failureKind names a failure for the report's notes.
 func failureKind(err error, res turnResult) string {

@@ -73,3 +73,46 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 		t.Errorf("after the run: affinity %v, policy %s; want the warden as found (off, sticky)", m.Affinity, m.Policy)
 	}
 }
+
+// TestRealRunReadsTheWaitAtTheWardenFromTheResponse runs more sessions
+// than two replicas' caches hold through a warden that parks what does not
+// fit (policy cost, admission queue): the bench reads each parked
+// request's wait from the warden's response header.
+func TestRealRunReadsTheWaitAtTheWardenFromTheResponse(t *testing.T) {
+	if ParkedHeader != l7.ParkedHeader {
+		t.Fatalf("the bench reads %s, the warden writes %s", ParkedHeader, l7.ParkedHeader)
+	}
+	s := mustSim(t, 2, sim.ShapePorts, 100)
+	front, w := mustWardenFront(t, s.URLs(), true)
+	m := w.Models()[0]
+	if err := m.SetPolicy(agent.PolicyCost); err != nil {
+		t.Fatal(err)
+	}
+	// The warden's clock is wall time: 200 ms is 20 s of the replicas'
+	// time, so parked requests leave the queue within the window.
+	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// 10 sessions of 11-14k tokens against 2 × 40,000 tokens of cache.
+	rep, err := RunReal(context.Background(), RealConfig{
+		Target: front, API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: []int{10},
+		Duration: 60 * time.Second, Arms: mustArms(t, "on"), Seed: 2, Speed: 100,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rep.Results[0]
+	t.Logf("warden: %+v", m.AdmissionStats())
+	t.Logf("parked %d p50 %v max %v; live context %vx; first TTFT p50 %v", x.Parked, x.ParkedP50, x.ParkedMax, x.LiveContextX, x.TTFTFirstP50)
+	if x.Requests == 0 || x.Failed() {
+		t.Fatalf("requests %d, errors %d: %v", x.Requests, x.Errors, x.Notes)
+	}
+	// Every wait read is at most the timeout (20 s scaled, with room for
+	// a loaded machine) and more than nothing.
+	if x.Parked == 0 || !(x.ParkedMax > 0) || x.ParkedP50 > x.ParkedMax || x.ParkedMax > 60 {
+		t.Fatalf("parked %d, p50 %v, max %v: the waits at the warden were not read", x.Parked, x.ParkedP50, x.ParkedMax)
+	}
+	if !(x.LiveContextX > 1) {
+		t.Fatalf("live context %vx of the replicas' cache, want over 1 (cache_config_info read?)", x.LiveContextX)
+	}
+}

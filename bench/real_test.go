@@ -58,7 +58,7 @@ func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
 			if err := rep.Write(dir); err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range []string{ReportJSON, ReportCSV, PlotTTFT, PlotHitRate, PlotThroughput} {
+			for _, f := range []string{ReportJSON, ReportCSV, PlotTTFT, PlotHitRate, PlotThroughput, PlotTask} {
 				b, err := os.ReadFile(filepath.Join(dir, f))
 				if err != nil || len(b) == 0 {
 					t.Fatalf("%s: %v (%d bytes)", f, err, len(b))

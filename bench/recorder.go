@@ -36,6 +36,8 @@ type recorder struct {
 	hits, queries   []*Counter
 	errorKinds      map[string]int
 	firstErrorText  string
+
+	tasks taskView // sessions, first and later turns, parked requests (tasks.go)
 }
 
 func newRecorder(replicas int) *recorder {
@@ -48,6 +50,7 @@ func newRecorder(replicas int) *recorder {
 		runSum:      make([]float64, replicas),
 		waitSum:     make([]float64, replicas),
 		polls:       make([]int, replicas),
+		tasks:       newTaskView(replicas),
 	}
 	for range replicas {
 		r.hits = append(r.hits, &Counter{})
@@ -75,9 +78,11 @@ func (r *recorder) placed(session string, replica int) {
 	r.lastReplica[session] = replica
 }
 
-// answered records a request answered within the window.
-func (r *recorder) answered(session string, ttftSec float64, prompt, cached, output int, reused int) {
+// answered records a request answered within the window; first: it was
+// its session's first request.
+func (r *recorder) answered(session string, first bool, ttftSec float64, prompt, cached, output int, reused int) {
 	r.requests++
+	r.tasks.turn(first, ttftSec)
 	r.outputTokens += output
 	r.promptTokens += prompt
 	r.cachedTokens += cached
@@ -121,6 +126,7 @@ func (r *recorder) poll(samples []*replicaSample) {
 		r.queries[i].Observe(s.PrefixQueries)
 		r.requestCounters[i].Observe(s.RequestsDone)
 		r.genCounters[i].Observe(s.GenerationTokens)
+		r.tasks.kvSample(i, s.KVCapacity)
 	}
 	r.busy = append(r.busy, float64(busy))
 }
@@ -131,6 +137,7 @@ type replicaSample struct {
 	PrefixQueries, PrefixHits float64
 	RequestsDone              float64
 	GenerationTokens          float64
+	KVCapacity                float64 // tokens (vllm:cache_config_info); 0 when not exported
 }
 
 // result computes the Result of the window.
@@ -189,6 +196,7 @@ func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens i
 		res.MeanWaiting = append(res.MeanWaiting, Num(wait))
 	}
 	res.Imbalance = Num(Imbalance(load))
+	r.tasks.fill(&res, seconds)
 	if r.stayed+r.moved > 0 {
 		res.Stayed = Num(float64(r.stayed) / float64(r.stayed+r.moved))
 	}

@@ -79,7 +79,48 @@ type Result struct {
 	MeanWaiting []Num `json:"mean_waiting_per_replica"`
 	Imbalance   Num   `json:"load_imbalance"`
 
+	TaskStats
+
 	Notes []string `json:"notes,omitempty"`
+}
+
+// TaskStats are what an agent user waits for (bench/tasks.go): whole
+// tasks, first turns against later ones, and waits at the warden.
+type TaskStats struct {
+	// A task is a session's turns, from its first request sent to the last
+	// token of its last turn; only sessions that started and finished
+	// within the window have one (Completed counts them).
+	TaskP50 Num `json:"task_p50_s"`
+	TaskP95 Num `json:"task_p95_s"`
+	// TasksUnfinished are sessions that started within the window and had
+	// not finished when it closed (failed ones not included).
+	TasksUnfinished int `json:"tasks_unfinished"`
+	// TaskP50Open and TaskP95Open count the unfinished sessions too, at
+	// their time so far: lower bounds.
+	TaskP50Open Num `json:"task_p50_with_unfinished_s"`
+	TaskP95Open Num `json:"task_p95_with_unfinished_s"`
+
+	// TTFT of each session's first request, and of every later one.
+	TTFTFirstP50 Num `json:"ttft_first_p50_s"`
+	TTFTFirstP95 Num `json:"ttft_first_p95_s"`
+	TTFTLaterP50 Num `json:"ttft_later_p50_s"`
+	TTFTLaterP95 Num `json:"ttft_later_p95_s"`
+
+	// Parked counts the requests that waited at the warden (admission),
+	// ParkedAtClose those still waiting when the window closed; the
+	// percentiles and the maximum are over all of them, the latter at their
+	// wait so far.
+	Parked        int `json:"parked"`
+	ParkedAtClose int `json:"parked_at_close"`
+	ParkedP50     Num `json:"parked_p50_s"`
+	ParkedP95     Num `json:"parked_p95_s"`
+	ParkedMax     Num `json:"parked_max_s"`
+
+	// LiveContext is the mean over polls of the context (tokens) of the
+	// sessions started and not finished; LiveContextX the same over the
+	// replicas' total KV capacity (NaN when a capacity is unknown).
+	LiveContext  Num `json:"live_context_tokens"`
+	LiveContextX Num `json:"live_context_x"`
 }
 
 // Failed says whether the step had errors or timeouts.
@@ -125,6 +166,7 @@ const (
 	PlotTTFT       = "ttft.svg"
 	PlotHitRate    = "hit_rate.svg"
 	PlotThroughput = "output_tokens.svg"
+	PlotTask       = "task.svg"
 )
 
 // Write puts report.json, report.csv and the SVG plots into dir.

@@ -34,11 +34,9 @@ var columns = []column{
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", r.caption())
-	if len(r.Arms) == 2 {
-		r.pairTable(&b)
-	} else {
-		r.longTable(&b)
-	}
+	r.writeTables(&b, columns)
+	b.WriteString("\n" + taskTableCaption + "\n\n")
+	r.writeTables(&b, r.taskColumns())
 	for _, x := range r.Results {
 		for _, n := range x.Notes {
 			fmt.Fprintf(&b, "- %d sessions, %s: %s\n", x.Sessions, x.Arm, n)
@@ -68,7 +66,17 @@ func (r *Report) caption() string {
 		strings.Join(parts, ", "), timing, r.PercentileMethod, fmtPct(r.WorkloadIdeal))
 }
 
-func (r *Report) pairTable(b *strings.Builder) {
+// writeTables prints one table of the columns: paired with two arms, one
+// row per step and arm otherwise.
+func (r *Report) writeTables(b *strings.Builder, columns []column) {
+	if len(r.Arms) == 2 {
+		r.pairTable(b, columns)
+	} else {
+		r.longTable(b, columns)
+	}
+}
+
+func (r *Report) pairTable(b *strings.Builder, columns []column) {
 	a0, a1 := r.Arms[0], r.Arms[1]
 	b.WriteString("| sessions |")
 	for _, c := range columns {
@@ -94,7 +102,7 @@ func (r *Report) pairTable(b *strings.Builder) {
 	fmt.Fprintf(b, "\nEach cell: %s → %s.\n", a0, a1)
 }
 
-func (r *Report) longTable(b *strings.Builder) {
+func (r *Report) longTable(b *strings.Builder, columns []column) {
 	b.WriteString("| sessions | arm |")
 	for _, c := range columns {
 		fmt.Fprintf(b, " %s |", c.head)

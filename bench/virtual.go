@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -23,7 +24,7 @@ type VirtualConfig struct {
 	// comparisons). Otherwise the whole run shares one set of replicas and
 	// one warden, arms back to back, as the reference A/B did.
 	FreshReplicas bool
-	LBStats       sim.LBStats
+	LBStats       vllmlb.StatsMode
 	Seed          uint64
 	// PollInterval is how often replica stats feed Model.ObserveReplica and
 	// the busy count, as the warden's poller would (default 250 ms).
@@ -131,6 +132,7 @@ type virtualWorld struct {
 	v      *sim.Virtual
 	model  *agent.Model
 	rec    *recorder     // the window being measured, nil between windows
+	live   liveSet       // the window's live sessions' context (tasks.go)
 	parked []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID uint64
 }
@@ -212,10 +214,11 @@ func (w *virtualWorld) observe() {
 		}
 		samples[i] = &replicaSample{Running: float64(s.Running), Waiting: float64(s.Waiting),
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
-			RequestsDone: float64(s.RequestsDone)}
+			RequestsDone: float64(s.RequestsDone), KVCapacity: float64(s.KVCapacityTokens)}
 	}
 	if w.rec != nil {
 		w.rec.poll(samples)
+		w.rec.tasks.liveContext(w.live.sum())
 	}
 	w.wakeParked()
 }
@@ -238,6 +241,8 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	end := start.Add(w.cfg.Duration)
 	rec := newRecorder(w.cfg.Replicas)
 	w.rec = rec
+	w.live = liveSet{}
+	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
 	if w.cfg.Trace != nil {
 		w.cfg.Trace.Window(sessions, arm.Name, start)
 	}
@@ -263,14 +268,24 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		msgs := c.Next()
 		prompt := nextPrompt(wl.System, prev, msgs)
 		sent := w.v.Now()
+		if c.Turn == 0 {
+			rec.tasks.sessionStarted(c.Session.ID, since(sent))
+		}
+		w.live.set(c.Session.ID, len(prompt))
 		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent}, c.Turn,
 			func(p agent.Placement, err error) { submitTurn(c, prompt, reused, sent, p, err) })
 	}
 	submitTurn = func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
 		parked := w.v.Now().Sub(sent).Seconds()
+		if parked > 0 {
+			rec.tasks.parkedFor(parked, false)
+		}
 		if err != nil {
 			rec.failed("placement", false, err)
-			return // the session ends; a new one takes its slot below
+			rec.tasks.sessionFailed(c.Session.ID)
+			w.live.end(c.Session.ID)
+			startSession(w.v.Now()) // the session ends; a new one takes its slot
+			return
 		}
 		rec.placed(c.Session.ID, p.Replica)
 		w.nextID++
@@ -293,10 +308,13 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 				}
 				if r.Err != nil {
 					rec.failed("replica: "+r.Err.Error(), false, r.Err)
+					rec.tasks.sessionFailed(c.Session.ID)
+					w.live.end(c.Session.ID)
 					startSession(at)
 					return
 				}
-				rec.answered(c.Session.ID, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
+				w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
+				rec.answered(c.Session.ID, c.Turn == 0, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
 				if w.cfg.Trace != nil {
 					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
 						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
@@ -305,6 +323,8 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 				c.Reply(r.OutputText)
 				if c.Done() {
 					rec.completed++
+					rec.tasks.sessionFinished(c.Session.ID, since(at))
+					w.live.end(c.Session.ID)
 					startSession(at)
 					return
 				}

@@ -70,6 +70,7 @@ func (w *virtualWorld) cancelParked() {
 			w.model.Cancel(pt.wait)
 			if w.rec != nil {
 				w.rec.cut++
+				w.rec.tasks.parkedFor(w.v.Now().Sub(pt.wait.Since).Seconds(), true)
 			}
 			if w.cfg.Trace != nil {
 				w.cfg.Trace.Request(TraceRequest{Session: pt.session, Turn: pt.turn, Replica: -1, Kind: "parked",

@@ -1,7 +1,7 @@
 // Package bench drives synthetic agent sessions against replicas (real HTTP,
 // or the simulator on a virtual clock), measures what placement does to time
 // to first token, throughput and prefix-cache hits, and reports it as a table,
-// JSON, CSV and SVG plots. The workload is the one of WORKLOAD.md.
+// JSON, CSV and SVG plots. The workload is described in docs/workload.md.
 package bench
 
 import (
@@ -13,7 +13,7 @@ import (
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// The workload's shape (WORKLOAD.md). Sizes are in tokens of the simulator's
+// The workload's shape (docs/workload.md). Sizes are in tokens of the simulator's
 // tokenizer; text is generated at exactly sim.BytesPerToken bytes a token so
 // a size in tokens is a size in bytes divided by four.
 const (

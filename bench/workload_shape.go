@@ -2,9 +2,8 @@ package bench
 
 import "fmt"
 
-// WorkloadShape sizes a workload's sessions in tokens (WORKLOAD.md for the
-// default; docs/placement.md for big). The turn count, pauses and output
-// lengths are the same for every shape.
+// WorkloadShape sizes a workload's sessions in tokens (docs/workload.md).
+// The turn count, pauses and output lengths are the same for every shape.
 type WorkloadShape struct {
 	Name                       string
 	FirstUserMin, FirstUserMax int // the first user message, unique to the session
@@ -14,7 +13,7 @@ type WorkloadShape struct {
 
 // The workloads `lmwarden bench --workload` knows.
 var (
-	// DefaultShape is WORKLOAD.md's: about 11k tokens at the first turn,
+	// DefaultShape is the agent workload: about 11k tokens at the first turn,
 	// about 14k at the last.
 	DefaultShape = WorkloadShape{Name: "agent", FirstUserMin: FirstUserMin, FirstUserMax: FirstUserMax,
 		FollowUpTokens: FollowUpTokens, FollowUpJitter: FollowUpJitter}

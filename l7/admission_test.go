@@ -2,6 +2,7 @@ package l7
 
 import (
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -41,11 +42,24 @@ func TestParkedRequestIsPlacedAfterTheAdmissionTimeout(t *testing.T) {
 	s, addr := mustShim(t, m, Options{})
 	c := mustDial(t, addr)
 	c.send(t, messagesRequest("parked", []string{"hello"}, ""))
-	if resp, body := c.response(t); resp.StatusCode != 200 {
+	resp, body := c.response(t)
+	if resp.StatusCode != 200 {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
 	if s.Stats().Parked != 1 || m.AdmissionStats().TimedOut != 1 {
 		t.Fatalf("parked %d timed out %d, want 1 and 1", s.Stats().Parked, m.AdmissionStats().TimedOut)
+	}
+	// The response says how long the request waited at the warden: at
+	// least the 100 ms timeout, and less than the test's whole run.
+	waited, err := strconv.ParseFloat(resp.Header.Get(ParkedHeader), 64)
+	if err != nil || waited < 0.1 || waited > 30 {
+		t.Fatalf("%s: %q, want the wait in seconds (about 0.1)", ParkedHeader, resp.Header.Get(ParkedHeader))
+	}
+	// A request that was not parked (no session id: admission never
+	// parks it) carries no such header.
+	c.send(t, messagesRequest("", []string{"hello"}, ""))
+	if resp, _ := c.response(t); resp.StatusCode != 200 || resp.Header.Get(ParkedHeader) != "" {
+		t.Fatalf("unparked request: status %d, %s %q, want 200 and none", resp.StatusCode, ParkedHeader, resp.Header.Get(ParkedHeader))
 	}
 }
 

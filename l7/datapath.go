@@ -24,6 +24,9 @@ type Exchange struct {
 	// earlyAnswer: the replica answered before it took the whole request
 	// body; the client connection closes after that answer.
 	earlyAnswer bool
+	// parked: how long admission kept the request waiting at the warden
+	// (0: not at all); the client's response head says it (ParkedHeader).
+	parked time.Duration
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The

@@ -26,10 +26,12 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		PromptBytes:  key.PromptBytes,
 		Now:          start,
 	})
+	var parked time.Duration
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
 			return false
 		}
+		parked = time.Since(start)
 	}
 	if err != nil {
 		if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
@@ -58,7 +60,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	}
 	x := &Exchange{
 		Model: s.placer.Name(), Replica: p.Replica,
-		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout,
+		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout, parked: parked,
 	}
 	status, err := s.relay(x, &p, reused)
 	up = x.Upstream // relay may have replaced a dead pooled connection
@@ -247,7 +249,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	dechunk := dechunked(h, resp)
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
-	if err := watch.writeHead(s.opts.BodyTimeout, clientResponseHead(resp, h.Version, keep, dechunk), true); err != nil {
+	if err := watch.writeHead(s.opts.BodyTimeout, withParked(clientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
 		watch.stop()
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package l7
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // hopByHop are the headers that describe one connection, not the message
@@ -109,6 +110,21 @@ func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive, dechun
 	case clientVersion == "HTTP/1.0":
 		b = appendHeader(b, "Connection", "keep-alive")
 	}
+	return append(b, "\r\n"...)
+}
+
+// ParkedHeader is added to the response of a request that admission kept
+// waiting at the warden: the wait in seconds (microsecond resolution), so
+// a client (the bench) can tell time parked here from time at the replica.
+const ParkedHeader = "X-Warden-Parked-Seconds"
+
+// withParked adds ParkedHeader to a rendered response head when the
+// request waited (head ends with the blank line).
+func withParked(head []byte, parked time.Duration) []byte {
+	if parked <= 0 {
+		return head
+	}
+	b := appendHeader(head[:len(head)-2], ParkedHeader, strconv.FormatFloat(parked.Seconds(), 'f', 6, 64))
 	return append(b, "\r\n"...)
 }
 

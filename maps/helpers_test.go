@@ -9,10 +9,8 @@ import (
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
 
-// requireBPF and inNetNS: see package mapstest (shared by every package
-// whose tests load the real programs).
-func requireBPF(tb testing.TB) { tb.Helper(); mapstest.RequireBPF(tb) }
-
+// inNetNS: see package mapstest (shared by every package whose tests load
+// the real programs).
 func inNetNS(t *testing.T) bool { t.Helper(); return mapstest.InNetNS(t) }
 
 // mustState loads a fresh pinned state in a directory of its own and

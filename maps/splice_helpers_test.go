@@ -92,18 +92,6 @@ func readHead(br *bufio.Reader) (head, error) {
 	}
 }
 
-// countingReader counts the bytes the shim consumed from the socket.
-type countingReader struct {
-	r io.Reader
-	n uint64
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n += uint64(n)
-	return n, err
-}
-
 // testShim does what l7's kernel data path does, with the smallest HTTP
 // handling that shows the handoff: read a head, pick an upstream by
 // session, write the head, let the kernel carry the rest, wait for the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // apiKind says which API a request came through, for its response shapes.
@@ -15,11 +16,6 @@ const (
 	apiCompletions                // POST /v1/completions
 )
 
-// DefaultMaxTokens is the output length when an OpenAI request names none
-// (vLLM would allow the whole remaining context; a simulator prefers a
-// length that keeps runs short).
-const DefaultMaxTokens = 256
-
 // parsedRequest is a decoded request body, whatever API it came through.
 type parsedRequest struct {
 	kind         apiKind
@@ -27,10 +23,14 @@ type parsedRequest struct {
 	system       string    // Anthropic top-level system, flattened
 	msgs         []Message // chat messages, flattened
 	prompt       string    // completions prompt
-	maxTokens    int
+	maxTokens    int       // 0: none given (OpenAI), the rest of the context
+	minTokens    int       // vLLM's min_tokens
+	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
 	stop         []string
+	tools        []offeredTool
+	choice       toolChoice
 }
 
 // tokens renders the request's prompt.
@@ -61,6 +61,8 @@ func decodeAnthropic(body []byte) (*parsedRequest, error) {
 		Stream        bool            `json:"stream"`
 		StopSequences []string        `json:"stop_sequences"`
 		Tools         json.RawMessage `json:"tools"`
+		ToolChoice    json.RawMessage `json:"tool_choice"`
+		IgnoreEOS     bool            `json:"ignore_eos"` // vLLM's sampling extension; the sim honours it here too
 	}
 	if err := strictUnmarshal(body, &b); err != nil {
 		return nil, err
@@ -87,16 +89,44 @@ func decodeAnthropic(body []byte) (*parsedRequest, error) {
 		return nil, err
 	}
 	sys = joinSection(sys, tools)
-	return &parsedRequest{kind: apiAnthropic, model: b.Model, system: sys, msgs: msgs,
-		maxTokens: *b.MaxTokens, stream: b.Stream, stop: b.StopSequences}, nil
+	r := &parsedRequest{kind: apiAnthropic, model: b.Model, system: sys, msgs: msgs,
+		maxTokens: *b.MaxTokens, ignoreEOS: b.IgnoreEOS, stream: b.Stream, stop: b.StopSequences}
+	if err := r.offer(b.Tools, b.ToolChoice); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// offer reads the tools a request offers and its tool_choice.
+func (r *parsedRequest) offer(tools, choice json.RawMessage) error {
+	var err error
+	if r.tools, err = parseTools(tools); err != nil {
+		return err
+	}
+	if r.choice, err = parseToolChoice(choice); err != nil {
+		return err
+	}
+	if r.choice.mode == "tool" {
+		for _, t := range r.tools {
+			if t.name == r.choice.name {
+				return nil
+			}
+		}
+		return badRequest("tool_choice: tool %q is not among the tools offered", r.choice.name)
+	}
+	if r.choice.mode == "any" && len(r.tools) == 0 {
+		return badRequest("tool_choice: a tool call is required but no tools are offered")
+	}
+	return nil
 }
 
 // decodeChat reads a Chat Completions body.
 func decodeChat(body []byte) (*parsedRequest, error) {
 	var b struct {
 		openAICommon
-		Messages *[]rawMessage   `json:"messages"`
-		Tools    json.RawMessage `json:"tools"`
+		Messages   *[]rawMessage   `json:"messages"`
+		Tools      json.RawMessage `json:"tools"`
+		ToolChoice json.RawMessage `json:"tool_choice"`
 	}
 	if err := strictUnmarshal(body, &b); err != nil {
 		return nil, err
@@ -122,6 +152,9 @@ func decodeChat(body []byte) (*parsedRequest, error) {
 	}
 	r := &parsedRequest{kind: apiChat, msgs: msgs}
 	if err := b.openAICommon.fill(r); err != nil {
+		return nil, err
+	}
+	if err := r.offer(b.Tools, b.ToolChoice); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -167,13 +200,19 @@ type openAICommon struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Stop json.RawMessage `json:"stop"`
+	Stop      json.RawMessage `json:"stop"`
+	IgnoreEOS bool            `json:"ignore_eos"` // vLLM's sampling extensions
+	MinTokens int             `json:"min_tokens"`
 }
 
 func (c *openAICommon) fill(r *parsedRequest) error {
 	r.model, r.stream = c.Model, c.Stream
 	r.includeUsage = c.StreamOptions != nil && c.StreamOptions.IncludeUsage
-	r.maxTokens = DefaultMaxTokens
+	r.ignoreEOS = c.IgnoreEOS
+	if c.MinTokens < 0 {
+		return badRequest("min_tokens: must be at least 0")
+	}
+	r.minTokens = c.MinTokens
 	for _, m := range []*int{c.MaxTokens, c.MaxCompletionTokens} {
 		if m != nil {
 			if *m < 1 {
@@ -200,7 +239,7 @@ func (c *openAICommon) fill(r *parsedRequest) error {
 }
 
 // flattenMessages turns each message's content (and an assistant's
-// tool_calls) into text.
+// tool_calls, rendered as the model's tool-call markup) into text.
 func flattenMessages(raw []rawMessage) ([]Message, error) {
 	msgs := make([]Message, 0, len(raw))
 	for i, m := range raw {
@@ -212,18 +251,42 @@ func flattenMessages(raw []rawMessage) ([]Message, error) {
 			return nil, badRequest("messages[%d].content: %v", i, err)
 		}
 		if tc := bytes.TrimSpace(m.ToolCalls); len(tc) > 0 && string(tc) != "null" {
-			var c bytes.Buffer
-			if err := json.Compact(&c, tc); err != nil {
+			calls, err := renderOpenAIToolCalls(tc)
+			if err != nil {
 				return nil, badRequest("messages[%d].tool_calls: %v", i, err)
 			}
-			if text != "" {
+			if text != "" && calls != "" {
 				text += "\n"
 			}
-			text += c.String()
+			text += calls
 		}
 		msgs = append(msgs, Message{Role: m.Role, Content: text})
 	}
 	return msgs, nil
+}
+
+// renderOpenAIToolCalls renders an assistant's tool_calls
+// ([{id, type, function: {name, arguments}}], arguments a JSON string) one
+// call a line.
+func renderOpenAIToolCalls(raw json.RawMessage) (string, error) {
+	var calls []struct {
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return "", err
+	}
+	out := make([]string, 0, len(calls))
+	for _, c := range calls {
+		text, err := renderToolCall(c.Function.Name, []byte(c.Function.Arguments))
+		if err != nil {
+			return "", err
+		}
+		out = append(out, text)
+	}
+	return strings.Join(out, "\n"), nil
 }
 
 // renderTools is the compact JSON of a request's tool definitions ("" when

@@ -8,9 +8,9 @@ var (
 	ErrAborted        = errors.New("sim: request aborted")
 	ErrPromptTooLong  = errors.New("sim: prompt longer than the model's context")
 	ErrEmptyPrompt    = errors.New("sim: empty prompt")
-	ErrBadLBStats     = errors.New("sim: unknown lb-stats mode")
 	ErrBadShape       = errors.New("sim: unknown shape")
 	ErrNoReplica      = errors.New("sim: no such replica")
+	ErrBadReplyModel  = errors.New("sim: bad reply model")
 
 	// errBadRequest marks a request the API rejects with 400.
 	errBadRequest = errors.New("invalid request")

@@ -74,10 +74,8 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 		return
 	}
 	prompt := req.tokens()
-	if limit := s.cfg.Profile.ContextLimit(); len(prompt)+req.maxTokens > limit {
-		writeError(w, kind, http.StatusBadRequest, badRequest(
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			limit, len(prompt)+req.maxTokens, len(prompt), req.maxTokens))
+	if err := fitContext(req, len(prompt), s.cfg.Profile.ContextLimit()); err != nil {
+		writeError(w, kind, http.StatusBadRequest, err)
 		return
 	}
 	replica := fixed
@@ -92,14 +90,18 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 	}
 
 	id := s.nextID.Add(1)
+	var plan replyPlan
+	if !req.ignoreEOS {
+		plan = s.cfg.Replies.plan(outputSeed(prompt), req.tools, req.choice, req.minTokens)
+	}
 	sink := newTokenSink()
 	er := &Request{
-		ID: id, Prompt: prompt, MaxTokens: req.maxTokens, Stop: req.stop,
-		OnScheduled: sink.scheduled, OnToken: sink.token, OnDone: sink.done,
+		ID: id, Prompt: prompt, MaxTokens: req.maxTokens, Stop: req.stop, Reply: plan.text,
+		OnToken: sink.token, OnDone: sink.done,
 	}
 	s.pacer.do(func(v *Virtual) { v.Submit(replica, er) })
 
-	out := newResponder(kind, req, id, len(prompt))
+	out := newResponder(kind, req, id, len(prompt), plan, !s.cfg.NoPromptTokensDetails)
 	if req.stream {
 		s.stream(w, r, sink, out, replica, id)
 		return
@@ -117,6 +119,23 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out.whole(res))
+}
+
+// fitContext checks the prompt and max_tokens against the context as vLLM's
+// serving layer does (and with its messages); an OpenAI request without
+// max_tokens gets the rest of the context.
+func fitContext(req *parsedRequest, prompt, limit int) error {
+	if prompt >= limit {
+		return badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", limit, prompt)
+	}
+	if req.maxTokens == 0 {
+		req.maxTokens = limit - prompt
+	}
+	if prompt+req.maxTokens > limit {
+		return badRequest("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			req.maxTokens, limit, prompt, req.maxTokens, limit, prompt)
+	}
+	return nil
 }
 
 // stream writes SSE events as tokens come, gathering them for flushInterval
@@ -137,7 +156,7 @@ func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink
 	defer timer.Stop()
 	var buf []byte
 	for {
-		pieces, cached, res, done := sink.take()
+		pieces, res, done := sink.take()
 		if len(pieces) == 0 && !done {
 			select {
 			case <-sink.notify:
@@ -149,10 +168,10 @@ func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink
 		}
 		buf = buf[:0]
 		for _, p := range pieces {
-			buf = out.delta(buf, p, cached)
+			buf = out.delta(buf, p)
 		}
 		if done {
-			buf = out.end(buf, res, cached)
+			buf = out.end(buf, res, res.CachedTokens)
 		}
 		if _, err := w.Write(buf); err != nil {
 			if !done {
@@ -181,7 +200,6 @@ func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink
 type tokenSink struct {
 	mu       sync.Mutex
 	pieces   []string
-	cached   int
 	res      Result
 	isDone   bool
 	notify   chan struct{} // a piece or the end arrived while the sink was empty
@@ -197,12 +215,6 @@ func (k *tokenSink) signal() {
 	case k.notify <- struct{}{}:
 	default:
 	}
-}
-
-func (k *tokenSink) scheduled(_ time.Time, cached int) {
-	k.mu.Lock()
-	k.cached = cached
-	k.mu.Unlock()
 }
 
 func (k *tokenSink) token(_ time.Time, text string) {
@@ -224,11 +236,11 @@ func (k *tokenSink) done(_ time.Time, r Result) {
 }
 
 // take returns what arrived since the last take.
-func (k *tokenSink) take() (pieces []string, cached int, res Result, done bool) {
+func (k *tokenSink) take() (pieces []string, res Result, done bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	pieces, k.pieces = k.pieces, nil
-	return pieces, k.cached, k.res, k.isDone
+	return pieces, k.res, k.isDone
 }
 
 func (k *tokenSink) result() Result {

@@ -38,7 +38,7 @@ type Profile struct {
 }
 
 // profiles is the table of known profiles. a4000-qwen3-4b is the reference
-// hardware of WORKLOAD.md: one RTX A4000 (16 GiB) serving Qwen3-4B bf16.
+// hardware (docs/sim.md, "Calibration"): one RTX A4000 (16 GiB) serving Qwen3-4B bf16.
 var profiles = map[string]Profile{
 	"a4000-qwen3-4b": {
 		Name:                "a4000-qwen3-4b",

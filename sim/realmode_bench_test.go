@@ -47,7 +47,7 @@ func runChildSimulator() {
 
 // BenchmarkRealMode4Replicas32StreamsSpeed20 measures the CPU (user+sys) of
 // one simulator process serving 4 replicas at --speed 20 while 32 closed-loop
-// sessions of the WORKLOAD.md shape stream from it (goal: under half a core).
+// sessions of the benchmark workload (docs/workload.md) stream from it (goal: under half a core).
 func BenchmarkRealMode4Replicas32StreamsSpeed20(b *testing.B) {
 	const wall = 15 * time.Second
 	for b.Loop() {

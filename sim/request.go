@@ -8,8 +8,14 @@ import "time"
 type Request struct {
 	ID        uint64
 	Prompt    []uint32
-	MaxTokens int      // output tokens to generate; < 1 counts as 1
+	MaxTokens int      // longest output in tokens; < 1 counts as 1
 	Stop      []string // optional stop sequences: the output ends before the first match
+	// Reply is what the model says when nothing cuts it short: it is
+	// generated 4 bytes a token and ends by itself (finish reason "stop")
+	// once all of it is out, or at MaxTokens ("length"). Empty: the model
+	// never ends by itself (vLLM's ignore_eos) and generates exactly
+	// MaxTokens tokens of filler words, as the benchmark asks.
+	Reply string
 
 	OnScheduled  func(at time.Time, cachedTokens int) // first admission, with the prefix-cache hit; may be nil
 	OnFirstToken func(at time.Time)                   // may be nil
@@ -21,7 +27,7 @@ type Request struct {
 type Result struct {
 	PromptTokens, CachedTokens, OutputTokens int
 	OutputText                               string
-	FinishReason                             string // "length", "stop" or "abort"
+	FinishReason                             string // "stop" (the reply ended or a stop sequence matched), "length" (MaxTokens) or "abort"
 	StopSequence                             string // the stop sequence matched, if any
 	Err                                      error  // ErrAborted, ErrPromptTooLong, ErrEmptyPrompt, ErrNoReplica
 }

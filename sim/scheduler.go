@@ -46,6 +46,8 @@ type seq struct {
 	admitted   bool
 	outputs    int
 	seed       uint64
+	script     string   // Request.Reply: what the model says if nothing cuts it short
+	scriptTok  []uint32 // its tokens
 	text       strings.Builder
 	emitted    int // bytes of text streamed (stop sequences hold some back)
 
@@ -85,6 +87,9 @@ func (e *engine) submit(now time.Time, r *Request) {
 		tokens:    r.Prompt[:len(r.Prompt):len(r.Prompt)], // appends copy, never touch the caller's array
 		promptLen: len(r.Prompt),
 		seed:      outputSeed(r.Prompt),
+	}
+	if r.Reply != "" {
+		s.script, s.scriptTok = r.Reply, Tokenize(r.Reply)
 	}
 	s.keys = appendBlockKeys(make([]uint64, 0, (len(r.Prompt)+r.MaxTokens)/e.p.BlockSize+1), s.tokens, e.p.BlockSize)
 	e.byID[r.ID] = s
@@ -264,7 +269,7 @@ func (e *engine) endStep(now time.Time) {
 				s.req.OnFirstToken(now)
 			}
 		}
-		tok, piece := outputToken(s.seed, s.outputs)
+		tok, piece := s.nextToken()
 		s.tokens = append(s.tokens, tok)
 		s.keys = appendBlockKeys(s.keys, s.tokens, bs)
 		s.outputs++
@@ -279,7 +284,10 @@ func (e *engine) endStep(now time.Time) {
 		if s.req.OnToken != nil {
 			s.req.OnToken(now, piece)
 		}
-		if s.outputs >= s.req.MaxTokens {
+		if s.ended() {
+			e.finish(now, s, "stop", "", nil)
+			finishedAny = true
+		} else if s.outputs >= s.req.MaxTokens {
 			e.finish(now, s, "length", "", nil)
 			finishedAny = true
 		}
@@ -290,6 +298,20 @@ func (e *engine) endStep(now time.Time) {
 		e.dropFinished()
 	}
 }
+
+// nextToken is the token the model samples next: the next piece of its
+// reply, or filler words when it has no reply to end (ignore_eos).
+func (s *seq) nextToken() (uint32, string) {
+	if s.script == "" {
+		return outputToken(s.seed, s.outputs)
+	}
+	at := s.outputs * BytesPerToken
+	return s.scriptTok[s.outputs], s.script[at:min(at+BytesPerToken, len(s.script))]
+}
+
+// ended says whether the model has said all it had to say (its end-of-
+// sequence token): the reply stops by itself, finish reason "stop".
+func (s *seq) ended() bool { return s.script != "" && s.outputs >= len(s.scriptTok) }
 
 // emitWithStops appends piece and streams only text that cannot be the start
 // of a stop sequence, as vLLM holds back a possible stop; on a match the
@@ -315,6 +337,10 @@ func (e *engine) emitWithStops(now time.Time, s *seq, piece string) bool {
 		s.text.Reset()
 		s.text.WriteString(all[:best])
 		e.finish(now, s, "stop", stop, nil)
+		return true
+	case s.ended():
+		e.deliver(now, s, all)
+		e.finish(now, s, "stop", "", nil)
 		return true
 	case s.outputs >= s.req.MaxTokens:
 		e.deliver(now, s, all)

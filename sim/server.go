@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // ServerConfig configures the real-mode simulator.
@@ -18,12 +20,19 @@ type ServerConfig struct {
 	Listen   string // host:port; in the ports shape replica i listens on port+i (port 0: any free port each)
 	Shape    string // "ports" (default) or "ranks"
 	Profile  Profile
-	Speed    float64 // modelled seconds per wall second; 0 means 1
-	Model    string  // served model name
-	LBStats  LBStats // ranks shape: how current the balancer's stats are
+	Speed    float64          // modelled seconds per wall second; 0 means 1
+	Model    string           // served model name
+	LBStats  vllmlb.StatsMode // ranks shape: how current the balancer's stats are
+	// Replies is how the model answers (zero value: DefaultReplies).
+	Replies ReplyModel
+	// NoPromptTokensDetails answers as vLLM without
+	// --enable-prompt-tokens-details: no cached_tokens in OpenAI usage, no
+	// cache fields in Anthropic usage (whose input_tokens is then the whole
+	// prompt). By default the simulator reports them, as vLLM with the flag.
+	NoPromptTokensDetails bool
 }
 
-// Shapes of deployment (DESIGN.md).
+// Shapes of deployment (docs/architecture.md).
 const (
 	ShapePorts = "ports"
 	ShapeRanks = "ranks"
@@ -34,7 +43,7 @@ const (
 type Servers struct {
 	cfg      ServerConfig
 	pacer    *pacer
-	balancer *DPBalancer // ranks shape only
+	balancer *vllmlb.Balancer // ranks shape only
 	servers  []*http.Server
 	urls     []string
 	nextID   atomic.Uint64
@@ -67,6 +76,12 @@ func Serve(ctx context.Context, cfg ServerConfig) (*Servers, error) {
 	}
 	if cfg.Model == "" {
 		cfg.Model = "qwen3-4b"
+	}
+	if cfg.Replies == (ReplyModel{}) {
+		cfg.Replies = DefaultReplies
+	}
+	if err := cfg.Replies.Check(); err != nil {
+		return nil, err
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -118,7 +133,7 @@ func Serve(ctx context.Context, cfg ServerConfig) (*Servers, error) {
 		for i := range all {
 			all[i], labels[i] = i, strconv.Itoa(i)
 		}
-		s.balancer = NewDPBalancer(cfg.Replicas, cfg.LBStats)
+		s.balancer = vllmlb.New(cfg.Replicas, cfg.LBStats)
 		s.startCoordinator()
 		handlers = append(handlers, s.handler(-1, newReplicaRegistry(s.pacer, cfg.Model, cfg.Profile, all, labels)))
 	}
@@ -182,8 +197,8 @@ func (s *Servers) startCoordinator() {
 			waiting[i], running[i] = len(st.waiting), len(st.running)
 		}
 		s.balancer.Observe(v.Now(), waiting, running)
-		if s.cfg.LBStats != LBStatsNone {
-			v.At(v.Now().Add(LBPublishInterval), publish)
+		if s.cfg.LBStats != vllmlb.None {
+			v.At(v.Now().Add(vllmlb.PublishInterval), publish)
 		}
 	}
 	s.pacer.do(func(v *Virtual) { v.At(v.Now(), publish) })

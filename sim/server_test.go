@@ -15,6 +15,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // mustServe starts a simulator on loopback ports and closes it after the test.
@@ -192,7 +195,7 @@ func TestRanksHeaderRoutesToTheRankAndMetricsCarryEngineLabels(t *testing.T) {
 }
 
 func TestRanksWithoutHeaderAndNoStatsRoundRobin(t *testing.T) {
-	s := mustServe(t, ServerConfig{Replicas: 4, Shape: ShapeRanks, LBStats: LBStatsNone})
+	s := mustServe(t, ServerConfig{Replicas: 4, Shape: ShapeRanks, LBStats: vllmlb.None})
 	for i := range 8 {
 		if code, body := mustPost(t, s.URLs()[0]+"/v1/chat/completions", chatBody("p", fmt.Sprint(i), 2)); code != 200 {
 			t.Fatalf("%d %s", code, body)
@@ -229,13 +232,10 @@ func TestClientDisconnectAbortsTheRequestAndItsBlocksBecomeEvictable(t *testing.
 		t.Fatalf("while streaming: %+v", st)
 	}
 	conn.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats(0).Running != 0 || s.Stats(0).KVUsage != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("request still holds blocks after disconnect: %+v", s.Stats(0))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the disconnected request to free its blocks", func() bool {
+		st := s.Stats(0)
+		return st.Running == 0 && st.KVUsage == 0
+	})
 	if st := s.Stats(0); st.RequestsDone != 1 || st.GenerationTokens >= 20000 {
 		t.Fatalf("not aborted: %+v", st)
 	}
@@ -357,7 +357,7 @@ func TestAnthropicStreamHasTheEventSequenceAndCacheReadUsage(t *testing.T) {
 	msgs = append(msgs, map[string]any{"role": "assistant", "content": text.String()},
 		map[string]any{"role": "user", "content": "go on"})
 	_, body = mustPost(t, u, map[string]any{"model": "m", "max_tokens": 4, "stream": true, "system": sys, "messages": msgs})
-	names, data = sseEvents(t, body)
+	_, data = sseEvents(t, body)
 	var delta struct {
 		Usage struct {
 			Input     int `json:"input_tokens"`

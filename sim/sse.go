@@ -8,20 +8,29 @@ import (
 )
 
 // responder builds one request's response in its API's shape: SSE events
-// while streaming, or the whole JSON body.
+// while streaming, or the whole JSON body. It follows the reply's plan to
+// tell text from a tool call's arguments as the bytes stream out.
 type responder struct {
 	kind         apiKind
 	model        string
 	id           string
+	callID       string
 	created      int64
 	promptTokens int
 	includeUsage bool
-	started      bool
+	details      bool // vLLM's --enable-prompt-tokens-details
+	plan         replyPlan
+
+	started  bool
+	sent     int    // reply bytes streamed so far
+	open     string // Anthropic content block open: "", "text" or "tool_use"
+	blocks   int    // Anthropic content blocks started
+	toolSent bool   // the tool call's head (id, name) went out
 }
 
-func newResponder(kind apiKind, req *parsedRequest, id uint64, promptTokens int) *responder {
+func newResponder(kind apiKind, req *parsedRequest, id uint64, promptTokens int, plan replyPlan, details bool) *responder {
 	o := &responder{kind: kind, model: req.model, created: Epoch.Unix() + int64(id),
-		promptTokens: promptTokens, includeUsage: req.includeUsage}
+		promptTokens: promptTokens, includeUsage: req.includeUsage, details: details, plan: plan}
 	switch kind {
 	case apiAnthropic:
 		o.id = fmt.Sprintf("msg_sim%016x", id)
@@ -30,26 +39,39 @@ func newResponder(kind apiKind, req *parsedRequest, id uint64, promptTokens int)
 	default:
 		o.id = fmt.Sprintf("cmpl-sim%016x", id)
 	}
+	// vLLM names tool calls chatcmpl-tool-<32 hex>, on both APIs
+	o.callID = fmt.Sprintf("chatcmpl-tool-%016x%016x", mix64(id), mix64(id^0x70_6f6f_6c))
 	return o
 }
 
-func (o *responder) anthropicUsage(cached, output int) map[string]any {
-	return map[string]any{
-		// Anthropic counts input_tokens without the cache reads
-		"input_tokens":                o.promptTokens - cached,
-		"cache_creation_input_tokens": 0,
-		"cache_read_input_tokens":     cached,
-		"output_tokens":               output,
+// anthropicUsage is the usage vLLM's Anthropic endpoint reports. With
+// prompt-token details (and a cache hit) input_tokens leaves the cache
+// reads out, which cache_read_input_tokens carries; without them
+// input_tokens is the whole prompt and the cache fields are absent. The
+// first event of a stream never has the cache fields (the hit is reported
+// with the final usage).
+func (o *responder) anthropicUsage(cached, output int, final bool) map[string]any {
+	u := map[string]any{"input_tokens": o.promptTokens, "output_tokens": output}
+	if final && o.details && cached > 0 {
+		u["input_tokens"] = o.promptTokens - cached
+		u["cache_creation_input_tokens"] = 0
+		u["cache_read_input_tokens"] = cached
 	}
+	return u
 }
 
+// openAIUsage carries prompt_tokens_details.cached_tokens only with
+// prompt-token details and a non-zero hit, as vLLM does.
 func (o *responder) openAIUsage(cached, output int) map[string]any {
-	return map[string]any{
-		"prompt_tokens":         o.promptTokens,
-		"completion_tokens":     output,
-		"total_tokens":          o.promptTokens + output,
-		"prompt_tokens_details": map[string]any{"cached_tokens": cached},
+	u := map[string]any{
+		"prompt_tokens":     o.promptTokens,
+		"completion_tokens": output,
+		"total_tokens":      o.promptTokens + output,
 	}
+	if o.details && cached > 0 {
+		u["prompt_tokens_details"] = map[string]any{"cached_tokens": cached}
+	}
+	return u
 }
 
 func appendEvent(buf []byte, event string, v any) []byte {
@@ -65,7 +87,7 @@ func appendEvent(buf []byte, event string, v any) []byte {
 }
 
 // start writes what precedes the first token.
-func (o *responder) start(buf []byte, cached int) []byte {
+func (o *responder) start(buf []byte) []byte {
 	if o.started {
 		return buf
 	}
@@ -74,41 +96,116 @@ func (o *responder) start(buf []byte, cached int) []byte {
 	case apiAnthropic:
 		buf = appendEvent(buf, "message_start", map[string]any{"type": "message_start", "message": map[string]any{
 			"id": o.id, "type": "message", "role": "assistant", "model": o.model, "content": []any{},
-			"stop_reason": nil, "stop_sequence": nil, "usage": o.anthropicUsage(cached, 0),
+			"stop_reason": nil, "stop_sequence": nil, "usage": o.anthropicUsage(0, 0, false),
 		}})
-		buf = appendEvent(buf, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-			"content_block": map[string]any{"type": "text", "text": ""}})
 	case apiChat:
-		buf = append(buf, `data: {"id":"`...)
-		buf = append(buf, o.id...)
-		buf = append(buf, `","object":"chat.completion.chunk","created":`...)
-		buf = strconv.AppendInt(buf, o.created, 10)
-		buf = append(buf, `,"model":`...)
-		buf = appendJSONString(buf, o.model)
-		buf = append(buf, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+		buf = o.openAIChunkHead(buf, "chat.completion.chunk")
+		buf = append(buf, `"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
 	}
 	return buf
 }
 
-// delta writes one token's event.
-func (o *responder) delta(buf []byte, text string, cached int) []byte {
-	buf = o.start(buf, cached)
-	switch o.kind {
-	case apiAnthropic:
-		buf = append(buf, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"...)
-		buf = appendJSONString(buf, text)
-		return append(buf, "}}\n\n"...)
-	case apiChat:
+// delta writes the events of the next reply bytes: text deltas for the
+// reply's text, the tool call's head once its name is out, then its
+// arguments as they come; the markup around the call shows nowhere.
+func (o *responder) delta(buf []byte, piece string) []byte {
+	buf = o.start(buf)
+	from, to := o.sent, o.sent+len(piece)
+	o.sent = to
+	if o.kind == apiCompletions {
+		return o.completionsDelta(buf, piece)
+	}
+	if text := clip(piece, from, 0, o.plan.textEnd()); text != "" {
+		buf = o.textDelta(buf, text)
+	}
+	c := o.plan.call
+	if c == nil {
+		return buf
+	}
+	if to >= c.argsStart && !o.toolSent {
+		o.toolSent = true
+		buf = o.toolStart(buf)
+	}
+	if args := clip(piece, from, c.argsStart, c.argsEnd); args != "" {
+		buf = o.argsDelta(buf, args)
+	}
+	return buf
+}
+
+// clip returns the part of piece (which starts at byte from of the reply)
+// that falls in [lo, hi).
+func clip(piece string, from, lo, hi int) string {
+	a, b := max(lo-from, 0), min(hi-from, len(piece))
+	if a >= b {
+		return ""
+	}
+	return piece[a:b]
+}
+
+func (o *responder) textDelta(buf []byte, text string) []byte {
+	if o.kind == apiChat {
 		buf = o.openAIChunkHead(buf, "chat.completion.chunk")
 		buf = append(buf, `"choices":[{"index":0,"delta":{"content":`...)
 		buf = appendJSONString(buf, text)
 		return append(buf, `},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-	default:
-		buf = o.openAIChunkHead(buf, "text_completion")
-		buf = append(buf, `"choices":[{"index":0,"text":`...)
-		buf = appendJSONString(buf, text)
-		return append(buf, `,"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
 	}
+	if o.open != "text" {
+		buf = o.openBlock(buf, map[string]any{"type": "text", "text": ""}, "text")
+	}
+	buf = append(buf, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+	buf = strconv.AppendInt(buf, int64(o.blocks-1), 10)
+	buf = append(buf, `,"delta":{"type":"text_delta","text":`...)
+	buf = appendJSONString(buf, text)
+	return append(buf, "}}\n\n"...)
+}
+
+func (o *responder) toolStart(buf []byte) []byte {
+	name := o.plan.call.name
+	if o.kind == apiChat {
+		return appendEvent(buf, "", o.openAIChunk(map[string]any{"tool_calls": []any{map[string]any{
+			"index": 0, "id": o.callID, "type": "function",
+			"function": map[string]any{"name": name, "arguments": ""}}}}, nil))
+	}
+	return o.openBlock(buf, map[string]any{"type": "tool_use", "id": o.callID, "name": name, "input": map[string]any{}}, "tool_use")
+}
+
+func (o *responder) argsDelta(buf []byte, args string) []byte {
+	if o.kind == apiChat {
+		return appendEvent(buf, "", o.openAIChunk(map[string]any{"tool_calls": []any{map[string]any{
+			"index": 0, "function": map[string]any{"arguments": args}}}}, nil))
+	}
+	return appendEvent(buf, "content_block_delta", map[string]any{"type": "content_block_delta", "index": o.blocks - 1,
+		"delta": map[string]any{"type": "input_json_delta", "partial_json": args}})
+}
+
+// openBlock closes the open Anthropic block and starts the next one.
+func (o *responder) openBlock(buf []byte, block map[string]any, kind string) []byte {
+	buf = o.closeBlock(buf)
+	buf = appendEvent(buf, "content_block_start", map[string]any{"type": "content_block_start", "index": o.blocks,
+		"content_block": block})
+	o.blocks++
+	o.open = kind
+	return buf
+}
+
+func (o *responder) closeBlock(buf []byte) []byte {
+	if o.open == "" {
+		return buf
+	}
+	o.open = ""
+	return appendEvent(buf, "content_block_stop", map[string]any{"type": "content_block_stop", "index": o.blocks - 1})
+}
+
+func (o *responder) completionsDelta(buf []byte, text string) []byte {
+	buf = o.openAIChunkHead(buf, "text_completion")
+	buf = append(buf, `"choices":[{"index":0,"text":`...)
+	buf = appendJSONString(buf, text)
+	return append(buf, `,"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+}
+
+func (o *responder) openAIChunk(delta map[string]any, finish any) map[string]any {
+	return map[string]any{"id": o.id, "object": "chat.completion.chunk", "created": o.created, "model": o.model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 }
 
 func (o *responder) openAIChunkHead(buf []byte, object string) []byte {
@@ -123,17 +220,27 @@ func (o *responder) openAIChunkHead(buf []byte, object string) []byte {
 	return append(buf, ',')
 }
 
-// anthropicStop maps the engine's finish reason to Anthropic's stop_reason.
-func anthropicStop(res Result) (reason string, seq any) {
-	switch res.FinishReason {
-	case "stop":
-		if res.StopSequence != "" {
-			return "stop_sequence", res.StopSequence
-		}
+// anthropicStop maps the engine's finish reason to Anthropic's stop_reason,
+// as vLLM's adapter does: a finished tool call is tool_use.
+func (o *responder) anthropicStop(res Result) (reason string, seq any) {
+	switch {
+	case res.FinishReason == "stop" && res.StopSequence != "":
+		return "stop_sequence", res.StopSequence
+	case o.plan.complete(res):
+		return "tool_use", nil
+	case res.FinishReason == "stop":
 		return "end_turn", nil
 	default:
 		return "max_tokens", nil
 	}
+}
+
+// openAIFinish is OpenAI's finish_reason: tool_calls for a finished call.
+func (o *responder) openAIFinish(res Result) string {
+	if o.kind == apiChat && o.plan.complete(res) {
+		return "tool_calls"
+	}
+	return res.FinishReason
 }
 
 // end writes the closing events.
@@ -146,18 +253,18 @@ func (o *responder) end(buf []byte, res Result, cached int) []byte {
 		return appendEvent(buf, "", map[string]any{"error": map[string]any{
 			"message": res.Err.Error(), "type": "InternalServerError", "param": nil, "code": 500}})
 	}
-	buf = o.start(buf, cached)
+	buf = o.start(buf)
 	switch o.kind {
 	case apiAnthropic:
-		reason, seq := anthropicStop(res)
-		buf = appendEvent(buf, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+		reason, seq := o.anthropicStop(res)
+		buf = o.closeBlock(buf)
 		buf = appendEvent(buf, "message_delta", map[string]any{"type": "message_delta",
 			"delta": map[string]any{"stop_reason": reason, "stop_sequence": seq},
-			"usage": o.anthropicUsage(res.CachedTokens, res.OutputTokens)})
+			"usage": o.anthropicUsage(cached, res.OutputTokens, true)})
 		return appendEvent(buf, "message_stop", map[string]any{"type": "message_stop"})
 	default:
 		object, choice := "chat.completion.chunk", map[string]any{"index": 0, "delta": map[string]any{},
-			"logprobs": nil, "finish_reason": res.FinishReason}
+			"logprobs": nil, "finish_reason": o.openAIFinish(res)}
 		if o.kind == apiCompletions {
 			object = "text_completion"
 			choice = map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": res.FinishReason}
@@ -172,20 +279,41 @@ func (o *responder) end(buf []byte, res Result, cached int) []byte {
 	}
 }
 
-// whole is the non-streaming response body.
+// whole is the non-streaming response body. A finished tool call comes back
+// as a tool_use block (tool_calls); one cut short is the raw text, as
+// vLLM's tool parser leaves what it cannot parse.
 func (o *responder) whole(res Result) []byte {
 	var v any
+	call := o.plan.call
+	done := o.plan.complete(res)
 	switch o.kind {
 	case apiAnthropic:
-		reason, seq := anthropicStop(res)
+		reason, seq := o.anthropicStop(res)
+		content := []any{map[string]any{"type": "text", "text": res.OutputText}}
+		if done {
+			content = content[:0]
+			if lead := res.OutputText[:o.plan.textEnd()]; lead != "" {
+				content = append(content, map[string]any{"type": "text", "text": lead})
+			}
+			content = append(content, map[string]any{"type": "tool_use", "id": o.callID, "name": call.name,
+				"input": json.RawMessage(call.args)})
+		}
 		v = map[string]any{"id": o.id, "type": "message", "role": "assistant", "model": o.model,
-			"content":     []any{map[string]any{"type": "text", "text": res.OutputText}},
-			"stop_reason": reason, "stop_sequence": seq,
-			"usage": o.anthropicUsage(res.CachedTokens, res.OutputTokens)}
+			"content": content, "stop_reason": reason, "stop_sequence": seq,
+			"usage": o.anthropicUsage(res.CachedTokens, res.OutputTokens, true)}
 	case apiChat:
+		msg := map[string]any{"role": "assistant", "content": res.OutputText}
+		if done {
+			var lead any
+			if t := res.OutputText[:o.plan.textEnd()]; t != "" {
+				lead = t
+			}
+			msg = map[string]any{"role": "assistant", "content": lead, "tool_calls": []any{map[string]any{
+				"id": o.callID, "type": "function", "function": map[string]any{"name": call.name, "arguments": call.args}}}}
+		}
 		v = map[string]any{"id": o.id, "object": "chat.completion", "created": o.created, "model": o.model,
-			"choices": []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": res.FinishReason,
-				"message": map[string]any{"role": "assistant", "content": res.OutputText}}},
+			"choices": []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": o.openAIFinish(res),
+				"message": msg}},
 			"usage": o.openAIUsage(res.CachedTokens, res.OutputTokens)}
 	default:
 		v = map[string]any{"id": o.id, "object": "text_completion", "created": o.created, "model": o.model,

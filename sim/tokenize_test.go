@@ -62,7 +62,8 @@ func TestSystemStringAndTextBlocksRenderTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tu != "ok\n"+`{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}` {
+	// the call renders as the model's markup, arguments canonical, no id
+	if tu != "ok\n"+`<tool_call>{"name":"Read","arguments":{"path":"a"}}</tool_call>` {
 		t.Fatalf("tool_use rendered as %q", tu)
 	}
 }

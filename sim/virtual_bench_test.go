@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// closedLoop drives the WORKLOAD.md shape on a Virtual: sessions slots, each
+// closedLoop drives the benchmark workload (docs/workload.md) on a Virtual: sessions slots, each
 // running six-turn sessions back to back (3,500-token shared system prompt,
 // 7,200-7,500-token first message, five 400-token follow-ups, 256 output
 // tokens, 20-80 ms pauses), a slot's sessions pinned to replica slot%N.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/bench"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -76,7 +77,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
 	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual, --admission: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
-	fs.StringVar(&f.workload, "workload", "agent", "--virtual: session sizes: agent (WORKLOAD.md, ~12k tokens) or big (~58k tokens, for rtx5090-gemma3-27b-int4)")
+	fs.StringVar(&f.workload, "workload", "agent", "--virtual: session sizes: agent (docs/workload.md, ~12k tokens) or big (~58k tokens, for rtx5090-gemma3-27b-int4)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
@@ -111,7 +112,7 @@ func runBench(args []string) error {
 	if f.duration <= 0 {
 		return fmt.Errorf("--duration %v: want a positive duration: %w", f.duration, errUsage)
 	}
-	lb, err := sim.ParseLBStats(f.lbStats)
+	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
 	}
@@ -227,8 +228,8 @@ func finishReport(w io.Writer, rep *bench.Report, out string) error {
 	if err := rep.Write(out); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	fmt.Fprintf(w, "\nwall time %.1fs. Report: %s and %s; plots: %s, %s, %s (in %s)\n",
-		rep.WallSeconds, bench.ReportJSON, bench.ReportCSV, bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, out)
+	fmt.Fprintf(w, "\nwall time %.1fs. Report: %s and %s; plots: %s, %s, %s, %s (in %s)\n",
+		rep.WallSeconds, bench.ReportJSON, bench.ReportCSV, bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.PlotTask, out)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/bench"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/sim"
@@ -67,7 +68,7 @@ func runDemo(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--profile: %v: %w", err, errUsage)
 	}
-	lb, err := sim.ParseLBStats(f.lbStats)
+	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
 	}
@@ -88,7 +89,7 @@ func runDemo(args []string) error {
 
 // demo starts the replicas and the warden on 127.0.0.1 (free ports), runs
 // the A/B through the warden and writes the report.
-func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Profile, lb sim.LBStats, out string) error {
+func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Profile, lb vllmlb.StatsMode, out string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	replicas, err := sim.Serve(ctx, sim.ServerConfig{
@@ -151,7 +152,7 @@ func (d *demoFront) Close() error {
 // for placement, polling and the admin API; an l7.Shim on the frontend) in
 // this process. Polling is scaled with the replicas' speed so that the
 // warden sees load as often, in simulated time, as it would on real cards.
-func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, speed float64, lb sim.LBStats) (*demoFront, error) {
+func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, speed float64, lb vllmlb.StatsMode) (*demoFront, error) {
 	// The datapath as `lmwarden serve --datapath auto` chooses it: kernel
 	// when privileged and built in, userspace otherwise; what it logs about
 	// the choice becomes the demo's "datapath" line.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/bench"
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -20,7 +21,7 @@ func TestDemoRunsTheABThroughTheWardenAndWritesTheReport(t *testing.T) {
 	out := t.TempDir()
 	var table strings.Builder
 	f := demoFlags{replicas: 2, speed: 100, duration: 60 * time.Second, api: bench.APIAnthropic, seed: 1}
-	if err := demo(context.Background(), &table, f, []int{2}, p, sim.LBStatsFresh, out); err != nil {
+	if err := demo(context.Background(), &table, f, []int{2}, p, vllmlb.Fresh, out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(table.String(), "datapath") || !strings.Contains(table.String(), "→") {
@@ -36,7 +37,7 @@ func TestDemoRunsTheABThroughTheWardenAndWritesTheReport(t *testing.T) {
 			t.Fatalf("arm %s: %+v", arm, x)
 		}
 	}
-	for _, f := range []string{bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.ReportCSV} {
+	for _, f := range []string{bench.PlotTTFT, bench.PlotHitRate, bench.PlotThroughput, bench.PlotTask, bench.ReportCSV} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -143,20 +144,13 @@ func (w *servedWarden) models(tb testing.TB) []agent.ModelStatus {
 // waitIdle waits until the warden counts nothing in flight.
 func (w *servedWarden) waitIdle(tb testing.TB) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(tb, 10*time.Second, "nothing in flight", func() bool {
 		n := 0
 		for _, m := range w.models(tb) {
 			n += m.InFlight
 		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("in flight stuck at %d", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 0
+	})
 }
 
 // freeAddr is a loopback address with a port that was free a moment ago.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -30,6 +31,9 @@ func runSim(args []string) error {
 	model := fs.String("model", "qwen3-4b", "served model name (model_name label, /v1/models)")
 	lbStats := fs.String("lb-stats", "fresh", "ranks shape, no rank header: balancer stats fresh (100 ms), stale (1 s late) or none (round robin)")
 	calibrate := fs.Bool("calibrate", false, "print the profile's calibration table (Markdown) and exit")
+	replyTokens := fs.String("reply-tokens", sim.DefaultReplies.Lengths.String(), "natural length of a text reply in tokens: lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or fixed:N (max_tokens still cuts it)")
+	toolUse := fs.Float64("tool-use", sim.DefaultReplies.ToolUse, "share of replies that call one of the offered tools (0-1), when a request offers tools")
+	details := fs.Bool("enable-prompt-tokens-details", true, "report prompt-cache hits in usage (cached_tokens, cache_read_input_tokens), as vLLM does with this flag; false answers as vLLM's default")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -47,7 +51,7 @@ func runSim(args []string) error {
 		fmt.Fprint(simStdout, sim.CalibrationTable(p))
 		return nil
 	}
-	lb, err := sim.ParseLBStats(*lbStats)
+	lb, err := vllmlb.ParseStatsMode(*lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
 	}
@@ -57,12 +61,20 @@ func runSim(args []string) error {
 	if *replicas < 1 || *speed <= 0 {
 		return fmt.Errorf("--replicas must be >= 1 and --speed > 0: %w", errUsage)
 	}
+	lengths, err := sim.ParseLengthDist(*replyTokens)
+	if err != nil {
+		return fmt.Errorf("--reply-tokens: %v: %w", err, errUsage)
+	}
+	replies := sim.ReplyModel{Lengths: lengths, ToolUse: *toolUse}
+	if err := replies.Check(); err != nil {
+		return fmt.Errorf("--tool-use: %v: %w", err, errUsage)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := sim.Serve(ctx, sim.ServerConfig{
 		Replicas: *replicas, Listen: *listen, Shape: *shape, Profile: p,
-		Speed: *speed, Model: *model, LBStats: lb,
+		Speed: *speed, Model: *model, LBStats: lb, Replies: replies, NoPromptTokensDetails: !*details,
 	})
 	if err != nil {
 		return err

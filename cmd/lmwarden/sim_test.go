@@ -14,6 +14,9 @@ func TestSimRejectsBadFlagsAsUsageErrors(t *testing.T) {
 		{"--profile", "nope"},
 		{"--replicas", "0"},
 		{"--speed", "-1"},
+		{"--reply-tokens", "normal:1:2"},
+		{"--reply-tokens", "uniform:9:3"},
+		{"--tool-use", "1.5"},
 		{"extra"},
 	} {
 		if err := runSim(args); !errors.Is(err, errUsage) {

@@ -1,4 +1,4 @@
-package sim
+package vllmlb
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 var epoch = time.Unix(1_700_000_000, 0).UTC()
 
 func TestBalancerWithoutStatsIsRoundRobin(t *testing.T) {
-	b := NewDPBalancer(4, LBStatsNone)
+	b := New(4, None)
 	b.Observe(epoch, []int{9, 0, 0, 0}, []int{9, 0, 0, 0}) // ignored
 	seen := map[int]int{}
 	for i := range 8 {
@@ -22,7 +22,7 @@ func TestBalancerWithoutStatsIsRoundRobin(t *testing.T) {
 }
 
 func TestBalancerPicksLowestWaitingTimesFourPlusRunning(t *testing.T) {
-	b := NewDPBalancer(3, LBStatsFresh)
+	b := New(3, Fresh)
 	b.Observe(epoch, []int{1, 0, 0}, []int{0, 5, 3})
 	if r := b.Pick(epoch, nil); r != 2 {
 		t.Fatalf("picked %d, want 2 (score 3 < 4 < 5)", r)
@@ -42,25 +42,25 @@ func TestBalancerPicksLowestWaitingTimesFourPlusRunning(t *testing.T) {
 }
 
 func TestStaleBalancerAppliesCountsASecondLate(t *testing.T) {
-	b := NewDPBalancer(2, LBStatsStale)
+	b := New(2, Stale)
 	b.Observe(epoch, []int{5, 0}, []int{0, 0})
 	if w, _ := b.Counts(); w[0] != 0 {
 		t.Fatal("stale stats applied at once")
 	}
-	b.Observe(epoch.Add(LBStaleLag), []int{0, 0}, []int{0, 0})
+	b.Observe(epoch.Add(StaleLag), []int{0, 0}, []int{0, 0})
 	if w, _ := b.Counts(); w[0] != 5 {
 		t.Fatalf("stale stats not applied after the lag: %v", w)
 	}
 }
 
-func TestParseLBStats(t *testing.T) {
+func TestParseStatsMode(t *testing.T) {
 	for _, s := range []string{"fresh", "stale", "none"} {
-		m, err := ParseLBStats(s)
+		m, err := ParseStatsMode(s)
 		if err != nil || m.String() != s {
 			t.Fatalf("%s: %v %v", s, m, err)
 		}
 	}
-	if _, err := ParseLBStats("hot"); err == nil {
+	if _, err := ParseStatsMode("hot"); err == nil {
 		t.Fatal("accepted hot")
 	}
 }
