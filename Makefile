@@ -17,10 +17,13 @@ deps:
 	bash scripts/deps.sh
 
 # check is what keeps the house in order without running a test: go.mod
-# says what the code imports (tidy leaves no diff), vet, and staticcheck (a
-# `go tool` dependency pinned in go.mod, so every machine runs the same one).
+# says what the code imports (tidy leaves no diff), the committed bpf2go
+# output is what the C builds to (where clang is installed), vet, and
+# staticcheck (a `go tool` dependency pinned in go.mod, so every machine
+# runs the same one).
 check:
 	$(GO) mod tidy -diff
+	bash bpf/check-generated.sh
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 

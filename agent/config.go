@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // Defaults of the configuration (docs/config.md lists them for users).
@@ -442,9 +444,7 @@ func (mc *ModelConfig) validate(at string) error {
 	if _, err := parsePolicy(mc.Policy); err != nil {
 		return bad("policy", "%v", err)
 	}
-	switch mc.VLLMLBStats {
-	case "fresh", "stale", "none":
-	default:
+	if _, err := vllmlb.ParseStatsMode(mc.VLLMLBStats); err != nil || mc.VLLMLBStats == "" {
 		return bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
 	}
 	a := mc.Admission // the zero value (a config built in code) means the defaults

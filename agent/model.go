@@ -2,13 +2,10 @@ package agent
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // PlacementKind says how a request's replica was chosen.
@@ -155,16 +152,24 @@ type Model struct {
 	// mean prompt size in tokens (EWMA of PromptBytes/4), for auto spill.
 	meanPromptTokens float64
 
-	start    int // rotating start index for ties in least-loaded
-	rr       int
-	rng      *rand.Rand
-	ring     []ringPoint
-	dp       *vllmlb.Balancer
-	lbWait   []int
-	lbRun    []int
-	eligible func(int) bool
+	// start is the rotating start index that breaks ties in every
+	// least-loaded scan (internal/least), one per model: the policies'
+	// scans and the fallbacks between them share one rotation.
+	start int
+	// rr is the round robin's turn (policy_round_robin.go), shared by the
+	// policies that fall back to it.
+	rr int
 
-	peer *peerState // cost-aware policies and admission (policy_state.go)
+	// impls holds the model's instance of every registered policy
+	// (policy.go), so that each keeps its own state across SetPolicy;
+	// active is the one m.policy names; observers are those that learn
+	// from every poll.
+	impls        map[Policy]policy
+	active       policy
+	activePlacer sessionPlacer // active, when it places sessions itself (else nil)
+	observers    []replicaObserver
+
+	peer *peerState // the cost model: cost-aware policies and admission (costmodel.go)
 }
 
 // NewModel builds the placement state of one model from its (validated)
@@ -178,7 +183,6 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 		oneEndpoint: mc.OneEndpoint(),
 		affinity:    mc.Affinity,
 		policy:      mc.Policy,
-		rng:         rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	if opts.Hasher != nil {
 		m.hasher = *opts.Hasher
@@ -211,15 +215,8 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 		m.reps[i].hitRate.window = window
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
-	mode, err := vllmlb.ParseStatsMode(mc.VLLMLBStats)
-	if err != nil {
-		return nil, err
-	}
-	m.dp = vllmlb.New(n, mode)
-	m.lbWait, m.lbRun = make([]int, n), make([]int, n)
-	m.eligible = func(i int) bool { return m.reps[i].healthy }
-	m.ring = buildRing(m.reps)
 	m.peer = newPeerState(n)
+	m.newPolicies(opts)
 	if mc.Admission.Mode != "" {
 		if err := m.SetAdmission(mc.Admission); err != nil {
 			return nil, err
@@ -287,7 +284,7 @@ func (m *Model) SetPolicy(p Policy) error {
 		return err
 	}
 	m.mu.Lock()
-	m.policy = p
+	m.setActive(p)
 	m.mu.Unlock()
 	return nil
 }
@@ -353,8 +350,9 @@ func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
 		r.saturatedRunning = s.Running
 	}
 	r.hitRate.add(now, s.PrefixQueries, s.PrefixHits)
-	m.lbWait[i], m.lbRun[i] = int(s.Waiting), int(s.Running)
-	m.dp.Observe(now, m.lbWait, m.lbRun)
+	for _, o := range m.observers {
+		o.observe(m, i, s, now)
+	}
 	m.peerObserve(i, s, now)
 }
 

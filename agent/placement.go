@@ -1,60 +1,19 @@
 package agent
 
 import (
-	"encoding/binary"
-	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/least"
 )
 
-// This file is THE placement rule (docs/placement.md) and the peer
-// policies it is measured against. Everything else in the package feeds it
-// numbers or reports what it did.
-
-// Policy names a placement policy, selectable per model (config `policy`).
-type Policy string
-
-const (
-	// PolicySticky: least-loaded placement of new sessions, pinning, spill at
-	// the threshold, client-pinned header honoured. The rule below.
-	PolicySticky Policy = "sticky"
-	// PolicyVLLMLB: vLLM's own data-parallel balancer as it really behaves
-	// (vllmlb.Balancer: waiting*4+running from coordinator stats, local bumps,
-	// rotating start). Also what affinity off means in the per-replica shape.
-	PolicyVLLMLB Policy = "vllm-lb"
-	// PolicyShortestQueue: waiting*4+running from the warden's exact, fresh
-	// in-flight counts; an idealised peer.
-	PolicyShortestQueue Policy = "shortest-queue"
-	// PolicyRoundRobin: what a plain Kubernetes Service or L4 balancer does.
-	PolicyRoundRobin Policy = "round-robin"
-	// PolicyRandom: uniformly random healthy replica.
-	PolicyRandom Policy = "random"
-	// PolicyHash: consistent hash of the session id over the healthy
-	// replicas (what nginx/HAProxy/Envoy users run today).
-	PolicyHash Policy = "hash"
-)
-
-// Policies lists every policy name.
-func Policies() []Policy {
-	return []Policy{PolicySticky, PolicyVLLMLB, PolicyShortestQueue, PolicyRoundRobin, PolicyRandom, PolicyHash,
-		PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated} // the last three: policy_cost.go, policy_peers.go
-}
-
-func parsePolicy(p Policy) (Policy, error) {
-	for _, q := range Policies() {
-		if p == q {
-			return p, nil
-		}
-	}
-	names := make([]string, 0, 6)
-	for _, q := range Policies() {
-		names = append(names, string(q))
-	}
-	return "", fmt.Errorf("%q: want one of %s", string(p), strings.Join(names, ", "))
-}
+// This file is the placement rule's frame (docs/placement.md): the load
+// every least-loaded choice weighs, the spill threshold, and Place, which
+// handles client pins, health and affinity and then hands the request to
+// the model's policy (policy.go; each policy in its own policy_*.go).
+// Everything else in the package feeds it numbers or reports what it did.
 
 // Weights of load(r). The unit is "one request being served".
 //
@@ -89,19 +48,9 @@ func (m *Model) load(i int) float64 {
 // exclude (-1: none), or -1. Ties go to the first one scanned from a start
 // index that rotates each call, so idle replicas fill evenly.
 func (m *Model) leastLoaded(exclude int) int {
-	n := len(m.reps)
-	best, bestLoad := -1, 0.0
-	for k := range n {
-		i := (m.start + k) % n
-		if i == exclude || !m.reps[i].healthy {
-			continue
-		}
-		if l := m.load(i); best < 0 || l < bestLoad {
-			best, bestLoad = i, l
-		}
-	}
-	m.start = (m.start + 1) % n
-	return best
+	return least.By(&m.start, len(m.reps), func(i int) (float64, bool) {
+		return m.load(i), i != exclude && m.reps[i].healthy
+	})
 }
 
 // spillThreshold is the in-flight count at which a pinned session's request
@@ -164,13 +113,15 @@ func (m *Model) promptTokens(r Request) float64 {
 //     client_pinned); an invalid one is ignored, counted, and routing goes on;
 //   - affinity off in the one-endpoint shape: no rank header, vLLM decides;
 //   - affinity off in the per-replica shape: policy vllm-lb;
-//   - policy sticky: no session id -> least loaded, not pinned (unaffined);
-//     new session -> least loaded, pinned; known session -> its pinned
-//     replica, unless that one has >= spill threshold requests in flight
-//     (then least loaded among the others, counted spilled in there, the
-//     session stays pinned) or is unhealthy (then placed again and repinned);
-//   - other policies choose by their own rule; the session follows (its pin
-//     records where its latest turn went, which is where its cache is).
+//   - otherwise the model's policy decides. Sticky (policy_sticky.go)
+//     keeps the session table itself: no session id -> least loaded, not
+//     pinned (unaffined); new session -> least loaded, pinned; known
+//     session -> its pinned replica, unless that one has >= spill
+//     threshold requests in flight (then least loaded among the others,
+//     counted spilled in there, the session stays pinned) or is unhealthy
+//     (then placed again and repinned);
+//   - every other policy picks by its own rule and the session follows (its
+//     pin records where its latest turn went, which is where its cache is).
 func (m *Model) Place(r Request) (Placement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -214,52 +165,27 @@ func (m *Model) Place(r Request) (Placement, error) {
 		return Placement{Replica: -1, RankHeader: -1}, ErrNoHealthyReplica
 	}
 
-	policy := m.policy
+	impl := m.active
 	if !m.affinity {
 		if m.oneEndpoint {
 			m.inFlight++
 			m.vllmDecided++
 			return Placement{Replica: -1, Addr: m.endpoint, RankHeader: -1, Kind: KindBalanced, SessionHash: h}, nil
 		}
-		policy = PolicyVLLMLB
+		impl = m.impls[PolicyVLLMLB]
+	} else if m.activePlacer != nil {
+		return m.activePlacer.place(m, h, pos, now), nil
 	}
-
-	if policy != PolicySticky {
-		i := m.pickByPolicy(policy, h, r)
-		if h != 0 {
-			if pos < 0 {
-				pos = m.sessions.insert(h, i, now)
-			} else {
-				m.countStay(pos, i)
-				m.sessions.repin(pos, i)
-			}
-		}
-		return m.commit(i, KindBalanced, h, pos, now), nil
-	}
-
-	switch {
-	case h == 0:
-		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now), nil
-	case pos < 0:
-		i := m.leastLoaded(-1)
-		pos = m.sessions.insert(h, i, now)
-		return m.commit(i, KindNew, h, pos, now), nil
-	}
-	pinned := int(m.sessions.slots[pos].replica)
-	if !m.reps[pinned].healthy {
-		i := m.leastLoaded(-1)
-		m.moved++
-		m.sessions.repin(pos, i)
-		return m.commit(i, KindRepinned, h, pos, now), nil
-	}
-	if m.reps[pinned].inFlight >= m.spillThreshold(pinned) {
-		if i := m.leastLoaded(pinned); i >= 0 {
-			m.moved++
-			return m.commit(i, KindSpilled, h, pos, now), nil
+	i := impl.pick(m, h, r)
+	if h != 0 {
+		if pos < 0 {
+			pos = m.sessions.insert(h, i, now)
+		} else {
+			m.countStay(pos, i)
+			m.sessions.repin(pos, i)
 		}
 	}
-	m.stayed++
-	return m.commit(pinned, KindSticky, h, pos, now), nil
+	return m.commit(i, KindBalanced, h, pos, now), nil
 }
 
 // countStay updates the sticky share for a known session going to replica i
@@ -309,122 +235,6 @@ func (m *Model) parsePin(v string) (int, bool) {
 		return -1, false
 	}
 	return i, true
-}
-
-// pickByPolicy applies a non-sticky policy; some healthy replica exists.
-func (m *Model) pickByPolicy(p Policy, h uint64, r Request) int {
-	switch p {
-	case PolicyVLLMLB:
-		if i := m.dp.Pick(r.Now, m.eligible); i >= 0 {
-			return i
-		}
-	case PolicyShortestQueue:
-		return m.shortestQueue()
-	case PolicyRandom:
-		k := m.rng.IntN(m.healthyCount())
-		for i := range m.reps {
-			if m.reps[i].healthy {
-				if k == 0 {
-					return i
-				}
-				k--
-			}
-		}
-	case PolicyCost, PolicyCacheAware, PolicyStickyUntilSaturated:
-		return m.pickPeer(p, h, r)
-	case PolicyHash:
-		if h != 0 {
-			return m.ringLookup(h)
-		}
-	}
-	return m.roundRobin()
-}
-
-func (m *Model) healthyCount() int {
-	n := 0
-	for i := range m.reps {
-		if m.reps[i].healthy {
-			n++
-		}
-	}
-	return n
-}
-
-func (m *Model) roundRobin() int {
-	n := len(m.reps)
-	for k := range n {
-		i := (m.rr + k) % n
-		if m.reps[i].healthy {
-			m.rr = (i + 1) % n
-			return i
-		}
-	}
-	return -1
-}
-
-// shortestQueue scores waiting*4+running with the warden's exact in-flight
-// count as the replica's total: waiting is what exceeds the batch size last
-// seen at saturation (the replica's own waiting gauge if larger), running
-// the rest. Ties rotate like vLLM's.
-func (m *Model) shortestQueue() int {
-	n := len(m.reps)
-	best, bestScore := -1, 0.0
-	for k := range n {
-		i := (m.start + k) % n
-		r := &m.reps[i]
-		if !r.healthy {
-			continue
-		}
-		total := math.Max(float64(r.inFlight), r.metrics.Running+r.metrics.Waiting)
-		waiting := r.metrics.Waiting
-		if r.saturatedRunning >= 1 {
-			waiting = math.Max(waiting, total-r.saturatedRunning)
-		}
-		score := 4*waiting + (total - waiting)
-		if best < 0 || score < bestScore {
-			best, bestScore = i, score
-		}
-	}
-	m.start = (m.start + 1) % n
-	return best
-}
-
-// The hash policy's ring: ringVirtualNodes points per replica, each the
-// keyed-hash-free (fixed key) SipHash of "url#v", so that adding or removing
-// one replica moves only its share of sessions. Unhealthy replicas are
-// skipped clockwise, so their sessions spread over the others.
-const ringVirtualNodes = 160
-
-type ringPoint struct {
-	at      uint64
-	replica int32
-}
-
-func buildRing(reps []replica) []ringPoint {
-	fixed := SessionHasher{}
-	ring := make([]ringPoint, 0, len(reps)*ringVirtualNodes)
-	var b []byte
-	for i := range reps {
-		for v := range ringVirtualNodes {
-			b = append(b[:0], reps[i].url...)
-			b = append(b, '#')
-			b = binary.AppendUvarint(b, uint64(v))
-			ring = append(ring, ringPoint{at: fixed.Hash(string(b)), replica: int32(i)})
-		}
-	}
-	sort.Slice(ring, func(a, c int) bool { return ring[a].at < ring[c].at })
-	return ring
-}
-
-func (m *Model) ringLookup(h uint64) int {
-	k := sort.Search(len(m.ring), func(j int) bool { return m.ring[j].at >= h })
-	for step := range len(m.ring) {
-		p := m.ring[(k+step)%len(m.ring)]
-		if m.reps[p.replica].healthy {
-			return int(p.replica)
-		}
-	}
-	return -1
 }
 
 // Retry is for a connect that failed before any byte went upstream: it

@@ -3,6 +3,8 @@ package agent
 import (
 	"math"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/least"
 )
 
 // Policy `cost` (docs/placement.md): send each request to the replica with
@@ -39,6 +41,28 @@ import (
 //
 // Prompt sizes are the request's Content-Length over bytesPerToken.
 const PolicyCost Policy = "cost"
+
+type costPolicy struct{}
+
+func newCostPolicy(*Model, ModelOptions) policy { return costPolicy{} }
+
+func (p costPolicy) pick(m *Model, h uint64, r Request) int { return m.pickBooked(p, h, r) }
+
+// choose is cost's rule: the lowest predicted TTFT among the replicas
+// admission allows; with none, the least overfull; a session that stays
+// may still move off a thrashing replica (pickRebalance).
+func (costPolicy) choose(m *Model, s *peerSession, prompt float64, now int64) int {
+	i := m.pickCost(s, prompt, now)
+	if i < 0 { // no replica has room: the least overfull
+		return m.pickLeastOverfull(s, prompt, now)
+	}
+	if s != nil && i == s.replica {
+		if j := m.pickRebalance(s, prompt, now); j >= 0 {
+			return j
+		}
+	}
+	return i
+}
 
 // Defaults of the cost model before anything is learned. They are priors,
 // replaced by what the replicas' metrics say within a few polls.
@@ -200,19 +224,12 @@ func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
 		}
 		bestT = math.Min(bestT, ts[i])
 	}
-	best, bestLoad := -1, 0.0
-	for k := range n {
-		i := (m.start + k) % n
-		if math.IsInf(ts[i], 1) || ts[i] > bestT+math.Max(tieSlackAbs, tieSlackRel*bestT) {
-			continue
-		}
+	slack := math.Max(tieSlackAbs, tieSlackRel*bestT)
+	best := least.By(&m.start, n, func(i int) (float64, bool) {
 		// the warden's exact in-flight count, then the live context
-		l := float64(m.reps[i].inFlight) + m.peer.reps[i].live/m.capacity(i)
-		if best < 0 || l < bestLoad {
-			best, bestLoad = i, l
-		}
-	}
-	m.start = (m.start + 1) % n
+		return float64(m.reps[i].inFlight) + m.peer.reps[i].live/m.capacity(i),
+			!math.IsInf(ts[i], 1) && ts[i] <= bestT+slack
+	})
 	if best >= 0 {
 		bestT = ts[best]
 	}
@@ -345,22 +362,16 @@ func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 func (m *Model) pickLeastOverfull(s *peerSession, prompt float64, now int64) int {
 	need := prompt + outputAllowance
 	n := len(m.reps)
-	least := math.Inf(1)
+	lowest := math.Inf(1)
 	for i := range n {
 		if m.reps[i].healthy {
-			least = math.Min(least, (m.peer.reps[i].live+need)/m.capacity(i))
+			lowest = math.Min(lowest, (m.peer.reps[i].live+need)/m.capacity(i))
 		}
 	}
-	best, bestT := -1, 0.0
-	for k := range n {
-		i := (m.start + k) % n
-		if !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > least+0.5*need/m.capacity(i) {
-			continue
+	return least.By(&m.start, n, func(i int) (float64, bool) {
+		if !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > lowest+0.5*need/m.capacity(i) {
+			return 0, false
 		}
-		if t := m.predictTTFT(i, s, prompt, now); best < 0 || t < bestT {
-			best, bestT = i, t
-		}
-	}
-	m.start = (m.start + 1) % n
-	return best
+		return m.predictTTFT(i, s, prompt, now), true
+	})
 }

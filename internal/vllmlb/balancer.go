@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/least"
 )
 
 // ErrBadStatsMode is returned by ParseStatsMode for an unknown spelling.
@@ -129,21 +131,9 @@ func (b *Balancer) Observe(now time.Time, waiting, running []int) {
 // (nil: all), the first found scanning from the rotating start index, and
 // bumps its waiting count. -1 when no rank is eligible.
 func (b *Balancer) Pick(now time.Time, eligible func(rank int) bool) int {
-	n := len(b.waiting)
-	best, bestScore := -1, 0
-	for i := range n {
-		r := (b.start + i) % n
-		if eligible != nil && !eligible(r) {
-			continue
-		}
-		score := b.waiting[r]*4 + b.running[r]
-		if best < 0 || score < bestScore {
-			best, bestScore = r, score
-		}
-	}
-	if n > 0 {
-		b.start = (b.start + 1) % n
-	}
+	best := least.By(&b.start, len(b.waiting), func(r int) (int, bool) {
+		return b.waiting[r]*4 + b.running[r], eligible == nil || eligible(r)
+	})
 	if best >= 0 {
 		b.waiting[best]++
 	}

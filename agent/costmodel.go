@@ -4,11 +4,17 @@ import (
 	"time"
 )
 
-// peerState is what the cost-aware policies (cost, cache-aware,
-// sticky-until-saturated) and cache-capacity admission keep beside the
-// session table: per replica, the predicted prefill backlog, the learned
-// rate and capacity and the live context; per session, its context size,
-// where its cache is and when its last turn ran. It lives under m.mu.
+// The cost model: what the cost-aware policies (cost, cache-aware,
+// sticky-until-saturated) and cache-capacity admission share. It is the
+// Model's, not one policy's, because it learns from every poll whichever
+// policy is active (a switch to cost at run time finds the replicas'
+// prefill rate and capacity already learned), and because the three
+// policies and admission read and book the same numbers.
+
+// peerState is the cost model's state beside the session table: per
+// replica, the predicted prefill backlog, the learned rate and capacity
+// and the live context; per session, its context size, where its cache is
+// and when its last turn ran. It lives under m.mu.
 type peerState struct {
 	reps     []peerRep
 	sessions map[uint64]*peerSession
@@ -189,9 +195,19 @@ func (m *Model) peerObserve(i int, s ReplicaMetrics, now time.Time) {
 	m.admitParked(now.UnixNano())
 }
 
-// pickPeer is pickByPolicy for the cost-aware policies; it books the
-// placement it chooses.
-func (m *Model) pickPeer(p Policy, h uint64, r Request) int {
+// costChooser is a policy that decides from the cost model: Model.pickBooked
+// gives it the session's cost-model entry and the prompt size, then books
+// what it chose.
+type costChooser interface {
+	// choose returns the replica for a prompt of the given tokens of
+	// session s (nil: new, or no session id), or -1 to leave it to the
+	// least-loaded replica; call with m.mu held.
+	choose(m *Model, s *peerSession, prompt float64, now int64) int
+}
+
+// pickBooked is pick for the policies that decide from the cost model:
+// it lets c choose and books the placement in the cost model.
+func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	now := r.Now.UnixNano()
 	m.peerSweep(now, peerSweepStep)
 	prompt := m.promptTokens(r)
@@ -199,22 +215,7 @@ func (m *Model) pickPeer(p Policy, h uint64, r Request) int {
 	if h != 0 {
 		s = m.peer.sessions[h]
 	}
-	var i int
-	switch p {
-	case PolicyCacheAware:
-		i = m.pickCacheAware(s, prompt)
-	case PolicyStickyUntilSaturated:
-		i = m.pickStickyUntilSaturated(s, prompt, now)
-	default:
-		i = m.pickCost(s, prompt, now)
-		if i < 0 { // no replica has room: the least overfull
-			i = m.pickLeastOverfull(s, prompt, now)
-		} else if s != nil && i == s.replica {
-			if j := m.pickRebalance(s, prompt, now); j >= 0 {
-				i = j
-			}
-		}
-	}
+	i := c.choose(m, s, prompt, now)
 	if i < 0 {
 		i = m.leastLoaded(-1)
 	}

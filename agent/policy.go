@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Policy names a placement policy, selectable per model (config `policy`,
+// `--policy`, PUT /api/v1/models/{name}/policy).
+type Policy string
+
+// policy is one placement rule. Each lives in its own file,
+// policy_<name>.go, with the state only it keeps; the Model holds one
+// instance of every registered policy, so that switching policies at run
+// time finds each one's state as it left it. What several policies share
+// is the Model's: the replicas and their load (placement.go), the session
+// table (sessions.go), the rotation that breaks ties (Model.start), and the
+// cost model of the cost-aware policies and admission (costmodel.go).
+type policy interface {
+	// pick returns the replica for request r of the session with hash h
+	// (0: no session id). It is called with m.mu held, after Place has
+	// handled client pins, health and affinity: at least one replica is
+	// healthy, and pick must return one of the healthy ones. Place then
+	// books the session on the chosen replica (KindBalanced).
+	pick(m *Model, h uint64, r Request) int
+}
+
+// sessionPlacer is a policy that keeps the session table itself and says
+// how each request was placed (sticky: new, sticky, spilled, repinned,
+// unaffined). Place hands it the whole decision instead of calling pick.
+type sessionPlacer interface {
+	policy
+	// place chooses and commits (m.commit) the replica for a request of
+	// session h (0: none) found at table position pos (-1: not there).
+	place(m *Model, h uint64, pos int, now int64) Placement
+}
+
+// replicaObserver is a policy that learns from every poll of every
+// replica, whichever policy is active.
+type replicaObserver interface {
+	observe(m *Model, i int, s ReplicaMetrics, now time.Time)
+}
+
+// policies is the registry: every policy, in the order Policies lists
+// them (bench's `--policies all`, error messages, docs). Adding a policy is
+// its file and one line here; TestEveryPolicyIsDocumented then asks for its
+// documentation.
+var policies = []struct {
+	name Policy
+	make func(m *Model, opts ModelOptions) policy
+}{
+	{PolicySticky, newStickyPolicy},
+	{PolicyVLLMLB, newVLLMLBPolicy},
+	{PolicyShortestQueue, newShortestQueuePolicy},
+	{PolicyRoundRobin, newRoundRobinPolicy},
+	{PolicyRandom, newRandomPolicy},
+	{PolicyHash, newHashPolicy},
+	{PolicyCost, newCostPolicy},
+	{PolicyCacheAware, newCacheAwarePolicy},
+	{PolicyStickyUntilSaturated, newStickyUntilSaturatedPolicy},
+}
+
+// Policies lists every policy name.
+func Policies() []Policy {
+	out := make([]Policy, len(policies))
+	for i, p := range policies {
+		out[i] = p.name
+	}
+	return out
+}
+
+func parsePolicy(p Policy) (Policy, error) {
+	for _, q := range policies {
+		if p == q.name {
+			return p, nil
+		}
+	}
+	names := make([]string, len(policies))
+	for i, q := range policies {
+		names[i] = string(q.name)
+	}
+	return "", fmt.Errorf("%q: want one of %s", string(p), strings.Join(names, ", "))
+}
+
+// newPolicies makes the model's instance of every registered policy; call
+// it once the replicas are set up.
+func (m *Model) newPolicies(opts ModelOptions) {
+	m.impls = make(map[Policy]policy, len(policies))
+	for _, p := range policies {
+		impl := p.make(m, opts)
+		m.impls[p.name] = impl
+		if o, ok := impl.(replicaObserver); ok {
+			m.observers = append(m.observers, o)
+		}
+	}
+	m.setActive(m.policy)
+}
+
+// setActive makes p the policy that decides while affinity is on; call
+// with m.mu held (or before the model is shared).
+func (m *Model) setActive(p Policy) {
+	m.policy, m.active = p, m.impls[p]
+	m.activePlacer, _ = m.active.(sessionPlacer)
+}
