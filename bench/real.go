@@ -361,7 +361,6 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *rea
 	return true
 }
 
-
 // failureKind names a failure for the report's notes.
 func failureKind(err error, res turnResult) string {
 	switch {
