@@ -22,6 +22,10 @@ type Options struct {
 	// OnScrape is called after every successful scrape, after the token
 	// series has been fed (nil: nothing more).
 	OnScrape ScrapeObserver
+	// DialContext opens the poller's connections to the replicas (nil: a
+	// plain dialer). The kernel datapath registers them, so that its
+	// dispatch program never steers a poll into the warden's own shim.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Warden is the daemon's control plane: the models, the pollers that keep
@@ -86,6 +90,7 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 	w.client = &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil, // replicas are local: never through a proxy
+			DialContext:         opts.DialContext,
 			MaxIdleConnsPerHost: 2,
 			IdleConnTimeout:     30 * time.Second,
 			DisableCompression:  true,

@@ -8,14 +8,7 @@
  *   lmw_verdict   sk_skb stream verdict: carries a request body and a whole
  *                 response socket to socket, finds where each response ends.
  */
-#include <linux/bpf.h>
-#include <linux/in.h>
-#include <bpf/bpf_helpers.h>
 #include "lmwarden.h"
-
-#ifndef AF_INET
-#define AF_INET 2
-#endif
 
 char _license[] SEC("license") = "Dual BSD/GPL";
 
@@ -37,65 +30,108 @@ struct {
 	__uint(max_entries, LMW_MAX_FRONTENDS);
 	__type(key, struct frontend_key);
 	__type(value, struct frontend_value);
-} frontends SEC(".maps");
+} lmw_frontends SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKMAP);
 	__uint(max_entries, LMW_MAX_FRONTENDS);
 	__type(key, __u32);
 	__type(value, __u64);
-} listeners SEC(".maps");
+} lmw_listeners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LMW_MAX_OWN_CONNS);
+	__type(key, struct conn_key);
+	__type(value, struct own_conn);
+} lmw_own_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dispatch_stats);
+} lmw_dispatch_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LMW_MAX_SESSIONS);
 	__type(key, __u64);
 	__type(value, struct session);
-} sessions SEC(".maps");
+} lmw_sessions SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
 	__uint(max_entries, LMW_MAX_SOCKETS);
 	__type(key, __u64);
 	__type(value, __u64);
-} socks SEC(".maps");
+} lmw_socks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LMW_MAX_SOCKETS);
 	__type(key, __u64);
 	__type(value, struct sock_ctl);
-} sock_ctls SEC(".maps");
+} lmw_sock_ctls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LMW_MAX_SOCKETS);
 	__type(key, __u64);
 	__type(value, struct sock_state);
-} sock_states SEC(".maps");
+} lmw_sock_states SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LMW_MAX_REPLICAS);
 	__type(key, __u32);
 	__type(value, struct replica_stats);
-} stats SEC(".maps");
+} lmw_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
 	__type(value, struct response_end);
-} response_ends SEC(".maps");
+} lmw_response_ends SEC(".maps");
 
 SEC("sk_lookup")
 int lmw_dispatch(struct bpf_sk_lookup *ctx)
 {
 	struct frontend_key key = {};
+	struct conn_key own = {};
 	struct frontend_value *fe;
+	struct dispatch_stats *ds;
 	struct bpf_sock *sk;
+	__u32 zero = 0;
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
+	ds = bpf_map_lookup_elem(&lmw_dispatch_stats, &zero);
+	if (ds)
+		ds->lookups++;
+
+	/* The warden's own connections (to a replica, or polling one) go
+	 * where the kernel would send them: never back into the shim. */
+	own.family = ctx->family;
+	own.sport = bpf_ntohs(ctx->remote_port);
+	own.dport = ctx->local_port;
+	if (ctx->family == AF_INET) {
+		own.src[0] = ctx->remote_ip4;
+		own.dst[0] = ctx->local_ip4;
+	} else {
+		__u32 i;
+
+		for (i = 0; i < 4; i++) {
+			own.src[i] = ctx->remote_ip6[i];
+			own.dst[i] = ctx->local_ip6[i];
+		}
+	}
+	if (bpf_map_lookup_elem(&lmw_own_conns, &own)) {
+		if (ds)
+			ds->own++;
+		return SK_PASS;
+	}
+
 	key.family = ctx->family;
 	key.port = ctx->local_port;
 	if (ctx->family == AF_INET) {
@@ -106,17 +142,29 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 		key.addr[2] = ctx->local_ip6[2];
 		key.addr[3] = ctx->local_ip6[3];
 	}
-	fe = bpf_map_lookup_elem(&frontends, &key);
+	fe = bpf_map_lookup_elem(&lmw_frontends, &key);
 	if (!fe) {
 		key.addr[0] = key.addr[1] = key.addr[2] = key.addr[3] = 0;
-		fe = bpf_map_lookup_elem(&frontends, &key);
+		fe = bpf_map_lookup_elem(&lmw_frontends, &key);
 	}
-	if (!fe)
+	if (!fe) {
+		if (ds)
+			ds->misses++;
 		return SK_PASS;
-	sk = bpf_map_lookup_elem(&listeners, &fe->slot);
-	if (!sk)
-		return SK_PASS; /* the shim is gone: the port's own listener answers */
-	bpf_sk_assign(ctx, sk, 0); /* on error, fail open as well */
+	}
+	sk = bpf_map_lookup_elem(&lmw_listeners, &fe->slot);
+	if (!sk) {
+		/* the shim is gone: the port's own listener answers */
+		if (ds)
+			ds->no_listener++;
+		return SK_PASS;
+	}
+	if (bpf_sk_assign(ctx, sk, 0)) {
+		if (ds)
+			ds->failed_assigns++; /* fail open as well */
+	} else if (ds) {
+		ds->assigned++;
+	}
 	bpf_sk_release(sk);
 	return SK_PASS;
 }
@@ -358,7 +406,7 @@ static __always_inline int carry(struct __sk_buff *skb, struct sock_ctl *ctl,
 	st->carried += len;
 	if (rs)
 		rs->bytes_kernel += len;
-	return bpf_sk_redirect_hash(skb, &socks, &ctl->peer, 0);
+	return bpf_sk_redirect_hash(skb, &lmw_socks, &ctl->peer, 0);
 }
 
 static __always_inline int pass(struct sock_state *st, struct replica_stats *rs, __u32 len)
@@ -373,8 +421,8 @@ SEC("sk_skb/stream_verdict")
 int lmw_verdict(struct __sk_buff *skb)
 {
 	__u64 cookie = bpf_get_socket_cookie(skb);
-	struct sock_ctl *ctl = bpf_map_lookup_elem(&sock_ctls, &cookie);
-	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &cookie);
+	struct sock_ctl *ctl = bpf_map_lookup_elem(&lmw_sock_ctls, &cookie);
+	struct sock_state *st = bpf_map_lookup_elem(&lmw_sock_states, &cookie);
 	struct replica_stats *rs;
 	__u32 len = skb->len;
 	__u32 replica;
@@ -383,7 +431,7 @@ int lmw_verdict(struct __sk_buff *skb)
 	if (!ctl || !st)
 		return SK_PASS; /* not armed by the shim: the shim reads it */
 	replica = ctl->replica;
-	rs = bpf_map_lookup_elem(&stats, &replica);
+	rs = bpf_map_lookup_elem(&lmw_stats, &replica);
 
 	/* A segment userspace read part of before the socket joined is
 	 * verdicted again from its start (tcp_read_skb ignores the read
@@ -478,7 +526,7 @@ int lmw_verdict(struct __sk_buff *skb)
 					.how = END_BODY,
 				};
 
-				bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
+				bpf_ringbuf_output(&lmw_response_ends, &ev, sizeof(ev), 0);
 			}
 			return carry(skb, ctl, st, rs, len);
 		}
@@ -519,7 +567,7 @@ int lmw_verdict(struct __sk_buff *skb)
 				 * it knows that what it reads is this tail. */
 				return pass(st, rs, len);
 			}
-			bpf_ringbuf_output(&response_ends, &ev, sizeof(ev), 0);
+			bpf_ringbuf_output(&lmw_response_ends, &ev, sizeof(ev), 0);
 		}
 	}
 	return carry(skb, ctl, st, rs, len);

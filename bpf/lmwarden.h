@@ -3,24 +3,29 @@
  * lmwarden.h: the one place that defines every map key and value shared by
  * the BPF programs (lmwarden.c) and Go (bpf2go -type, never retyped).
  *
- * Who writes what (so nobody races on a value):
- *   frontends, listeners  the loader (maps/), read by sk_lookup
- *   sessions              the agent, through maps/; the kernel never reads it
- *   sock_ctls             the shim only (arms a socket for one request/response)
- *   sock_states           the verdict program only (the shim creates it zeroed)
- *   socks                 the shim inserts, the kernel removes closed sockets
- *   stats                 the verdict program (per CPU), read and summed by Go
- *   response_ends         the verdict program, read by the shim (ring buffer)
+ * Who writes what (so nobody races on a value); every map's name starts
+ * with lmw_, as the programs' do, so that `bpftool map` shows them together:
+ *   lmw_frontends, lmw_listeners  the loader (maps/), read by sk_lookup
+ *   lmw_own_conns          the warden, before each connection of its own
+ *                          connects; read by sk_lookup (never steered back)
+ *   lmw_dispatch_stats     sk_lookup (per CPU), read and summed by Go
+ *   lmw_sessions           the agent, through maps/; the kernel never reads it
+ *   lmw_sock_ctls          the shim only (arms a socket for one request/response)
+ *   lmw_sock_states        the verdict program only (the shim creates it zeroed)
+ *   lmw_socks              the shim inserts, the kernel removes closed sockets
+ *   lmw_stats              the verdict program (per CPU), read and summed by Go
+ *   lmw_response_ends      the verdict program, read by the shim (ring buffer)
  */
 #ifndef LMWARDEN_H
 #define LMWARDEN_H
 
-#include <linux/types.h>
+#include "include/lmw_uapi.h"
 
 #define LMW_MAX_FRONTENDS 256
 #define LMW_MAX_REPLICAS 256
 #define LMW_MAX_SESSIONS 262144
 #define LMW_MAX_SOCKETS 65536
+#define LMW_MAX_OWN_CONNS 65536
 
 /* frontend_key: the address a client connects to. family is AF_INET or
  * AF_INET6; an IPv4 address sits in addr[0] (network order), the rest zero;
@@ -39,15 +44,46 @@ struct frontend_value {
 	__u32 flags; /* FRONTEND_* */
 };
 
+/* conn_key: a TCP connection the warden opens itself (to a replica, or to
+ * poll its metrics), as the packets name it: source = the warden's end,
+ * destination = the replica's. Addresses in network order (IPv4 in
+ * [0], rest zero; an IPv4-mapped IPv6 address is stored as IPv4), ports in
+ * host order. The warden binds the socket, registers this key, and only
+ * then connects, so no packet of it can ever meet sk_lookup unregistered:
+ * sk_lookup never steers a registered connection, which makes a loop back
+ * into the shim impossible even when a frontend is the replica's own
+ * {address, port} (the fail-open layout). */
+struct conn_key {
+	__u32 src[4];
+	__u32 dst[4];
+	__u16 sport;
+	__u16 dport;
+	__u16 family;
+	__u16 pad;
+};
+
+struct own_conn {
+	__u64 cookie; /* the warden's socket */
+	__u64 flags;  /* none defined yet */
+};
+
+/* dispatch_stats: per CPU, one entry; what sk_lookup decided. */
+struct dispatch_stats {
+	__u64 lookups;        /* TCP connection attempts it saw */
+	__u64 own;            /* the warden's own connections, left alone */
+	__u64 misses;         /* no frontend at that {address, port} */
+	__u64 no_listener;    /* a frontend whose shim is gone: failed open */
+	__u64 assigned;       /* steered to the shim */
+	__u64 failed_assigns; /* bpf_sk_assign refused: failed open */
+};
+
 /* session: value of the sessions map, keyed by the keyed 64-bit hash of the
  * session id (__u64). Written by the agent; dumped by bpftool and by
- * `lmwarden sessions --from-maps`; survives a warden restart. */
-#define SESSION_CLIENT_PINNED 1
-#define SESSION_SPILLED 2
-
+ * `lmwarden sessions --from-maps`; survives a warden restart, when it puts
+ * every session back into its model on its replica. */
 struct session {
-	__u32 replica;
-	__u32 flags;
+	__u32 replica;      /* index in the model's replicas (or the rank) */
+	__u32 model;        /* index of the model in the config */
 	__u64 last_seen_ns; /* unix nanoseconds, set by the agent */
 };
 

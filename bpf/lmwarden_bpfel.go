@@ -13,6 +13,26 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type LmwardenConnKey struct {
+	_      structs.HostLayout
+	Src    [4]uint32
+	Dst    [4]uint32
+	Sport  uint16
+	Dport  uint16
+	Family uint16
+	Pad    uint16
+}
+
+type LmwardenDispatchStats struct {
+	_             structs.HostLayout
+	Lookups       uint64
+	Own           uint64
+	Misses        uint64
+	NoListener    uint64
+	Assigned      uint64
+	FailedAssigns uint64
+}
+
 type LmwardenFrontendKey struct {
 	_      structs.HostLayout
 	Addr   [4]uint32
@@ -24,6 +44,12 @@ type LmwardenFrontendValue struct {
 	_     structs.HostLayout
 	Slot  uint32
 	Flags uint32
+}
+
+type LmwardenOwnConn struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Flags  uint64
 }
 
 type LmwardenParsePhase uint32
@@ -60,7 +86,7 @@ type LmwardenResponseEnd struct {
 type LmwardenSession struct {
 	_          structs.HostLayout
 	Replica    uint32
-	Flags      uint32
+	Model      uint32
 	LastSeenNs uint64
 }
 
@@ -109,14 +135,16 @@ type LmwardenSockState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LmwardenMapFrontends        = "frontends"
-	LmwardenMapListeners        = "listeners"
-	LmwardenMapResponseEnds     = "response_ends"
-	LmwardenMapSessions         = "sessions"
-	LmwardenMapSockCtls         = "sock_ctls"
-	LmwardenMapSockStates       = "sock_states"
-	LmwardenMapSocks            = "socks"
-	LmwardenMapStats            = "stats"
+	LmwardenMapLmwDispatchStats = "lmw_dispatch_stats"
+	LmwardenMapLmwFrontends     = "lmw_frontends"
+	LmwardenMapLmwListeners     = "lmw_listeners"
+	LmwardenMapLmwOwnConns      = "lmw_own_conns"
+	LmwardenMapLmwResponseEnds  = "lmw_response_ends"
+	LmwardenMapLmwSessions      = "lmw_sessions"
+	LmwardenMapLmwSockCtls      = "lmw_sock_ctls"
+	LmwardenMapLmwSockStates    = "lmw_sock_states"
+	LmwardenMapLmwSocks         = "lmw_socks"
+	LmwardenMapLmwStats         = "lmw_stats"
 	LmwardenProgLmwDispatch     = "lmw_dispatch"
 	LmwardenProgLmwVerdict      = "lmw_verdict"
 	LmwardenVarLmwBtfParsePhase = "lmw_btf_parse_phase"
@@ -176,14 +204,16 @@ type LmwardenProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenMapSpecs struct {
-	Frontends    *ebpf.MapSpec `ebpf:"frontends"`
-	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
-	ResponseEnds *ebpf.MapSpec `ebpf:"response_ends"`
-	Sessions     *ebpf.MapSpec `ebpf:"sessions"`
-	SockCtls     *ebpf.MapSpec `ebpf:"sock_ctls"`
-	SockStates   *ebpf.MapSpec `ebpf:"sock_states"`
-	Socks        *ebpf.MapSpec `ebpf:"socks"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	LmwDispatchStats *ebpf.MapSpec `ebpf:"lmw_dispatch_stats"`
+	LmwFrontends     *ebpf.MapSpec `ebpf:"lmw_frontends"`
+	LmwListeners     *ebpf.MapSpec `ebpf:"lmw_listeners"`
+	LmwOwnConns      *ebpf.MapSpec `ebpf:"lmw_own_conns"`
+	LmwResponseEnds  *ebpf.MapSpec `ebpf:"lmw_response_ends"`
+	LmwSessions      *ebpf.MapSpec `ebpf:"lmw_sessions"`
+	LmwSockCtls      *ebpf.MapSpec `ebpf:"lmw_sock_ctls"`
+	LmwSockStates    *ebpf.MapSpec `ebpf:"lmw_sock_states"`
+	LmwSocks         *ebpf.MapSpec `ebpf:"lmw_socks"`
+	LmwStats         *ebpf.MapSpec `ebpf:"lmw_stats"`
 }
 
 // LmwardenVariableSpecs contains global variables before they are loaded into the kernel.
@@ -217,26 +247,30 @@ func (o *LmwardenObjects) Close() error {
 //
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenMaps struct {
-	Frontends    *ebpf.Map `ebpf:"frontends"`
-	Listeners    *ebpf.Map `ebpf:"listeners"`
-	ResponseEnds *ebpf.Map `ebpf:"response_ends"`
-	Sessions     *ebpf.Map `ebpf:"sessions"`
-	SockCtls     *ebpf.Map `ebpf:"sock_ctls"`
-	SockStates   *ebpf.Map `ebpf:"sock_states"`
-	Socks        *ebpf.Map `ebpf:"socks"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	LmwDispatchStats *ebpf.Map `ebpf:"lmw_dispatch_stats"`
+	LmwFrontends     *ebpf.Map `ebpf:"lmw_frontends"`
+	LmwListeners     *ebpf.Map `ebpf:"lmw_listeners"`
+	LmwOwnConns      *ebpf.Map `ebpf:"lmw_own_conns"`
+	LmwResponseEnds  *ebpf.Map `ebpf:"lmw_response_ends"`
+	LmwSessions      *ebpf.Map `ebpf:"lmw_sessions"`
+	LmwSockCtls      *ebpf.Map `ebpf:"lmw_sock_ctls"`
+	LmwSockStates    *ebpf.Map `ebpf:"lmw_sock_states"`
+	LmwSocks         *ebpf.Map `ebpf:"lmw_socks"`
+	LmwStats         *ebpf.Map `ebpf:"lmw_stats"`
 }
 
 func (m *LmwardenMaps) Close() error {
 	return _LmwardenClose(
-		m.Frontends,
-		m.Listeners,
-		m.ResponseEnds,
-		m.Sessions,
-		m.SockCtls,
-		m.SockStates,
-		m.Socks,
-		m.Stats,
+		m.LmwDispatchStats,
+		m.LmwFrontends,
+		m.LmwListeners,
+		m.LmwOwnConns,
+		m.LmwResponseEnds,
+		m.LmwSessions,
+		m.LmwSockCtls,
+		m.LmwSockStates,
+		m.LmwSocks,
+		m.LmwStats,
 	)
 }
 

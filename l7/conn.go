@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -16,10 +17,24 @@ type Conn struct {
 	*net.TCPConn
 	Pending []byte
 	buf     []byte // backing store that Pending usually points into
+	release func() // runs once, after the socket closes (see DialFunc)
+	closed  sync.Once
 }
 
 // NewConn wraps a TCP connection with an empty pending buffer.
 func NewConn(c *net.TCPConn) *Conn { return &Conn{TCPConn: c} }
+
+// Close closes the connection, then runs the release of the dialer that
+// opened it, once.
+func (c *Conn) Close() error {
+	err := c.TCPConn.Close()
+	c.closed.Do(func() {
+		if c.release != nil {
+			c.release()
+		}
+	})
+	return err
+}
 
 // copySlice bounds one splice-backed copy, so the idle deadline is renewed
 // at least once per this many bytes of progress.

@@ -15,6 +15,7 @@ import (
 // connections after 5 s) is dropped here instead of failing a request.
 type Upstreams struct {
 	dialer      net.Dialer
+	dial        DialFunc // nil: dialer
 	maxIdle     int
 	idleTimeout time.Duration
 
@@ -43,6 +44,16 @@ func NewUpstreams(connectTimeout, idleTimeout time.Duration, maxIdle int) *Upstr
 	return u
 }
 
+// DialFunc opens a plain-TCP (not MPTCP) connection to a replica at addr.
+// A kernel datapath registers each connection it opens before it connects
+// (so its own dispatch program never steers it back into the shim);
+// release, if not nil, runs once after the connection has closed.
+type DialFunc func(ctx context.Context, addr string) (c *net.TCPConn, release func(), err error)
+
+// SetDial makes the pool open its connections with dial instead of a plain
+// dialer. Call it before the first Get.
+func (u *Upstreams) SetDial(dial DialFunc) { u.dial = dial }
+
 // Get returns a live idle connection to addr if the pool has one
 // (reused = true), or dials a new one.
 func (u *Upstreams) Get(ctx context.Context, addr string) (c *Conn, reused bool, err error) {
@@ -55,6 +66,17 @@ func (u *Upstreams) Get(ctx context.Context, addr string) (c *Conn, reused bool,
 
 // Dial opens a new connection to addr.
 func (u *Upstreams) Dial(ctx context.Context, addr string) (*Conn, error) {
+	if u.dial != nil {
+		ctx, cancel := context.WithTimeout(ctx, u.dialer.Timeout)
+		defer cancel()
+		tc, release, err := u.dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := NewConn(tc)
+		c.release = release
+		return c, nil
+	}
 	nc, err := u.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

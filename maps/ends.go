@@ -23,7 +23,7 @@ func (s *State) watchEnds(cookie uint64, ch chan ResponseEnd) error {
 	w := &s.ends
 	w.once.Do(func() {
 		w.byUp = map[uint64]chan ResponseEnd{}
-		w.rd, w.err = ringbuf.NewReader(s.objs.ResponseEnds)
+		w.rd, w.err = ringbuf.NewReader(s.objs.LmwResponseEnds)
 		if w.err == nil {
 			go w.run()
 		}

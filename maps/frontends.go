@@ -52,7 +52,7 @@ func keyAddrPort(k FrontendKey) netip.AddrPort {
 func (s *State) AddFrontend(ap netip.AddrPort, ln syscall.Conn, addAddr bool) error {
 	key := frontendKey(ap)
 	var old FrontendValue
-	if err := s.objs.Frontends.Lookup(&key, &old); err == nil {
+	if err := s.objs.LmwFrontends.Lookup(&key, &old); err == nil {
 		// A stale entry from a previous warden: its listener is gone, so
 		// reuse the slot (and keep its address ownership).
 		return s.setListener(ap, key, old, ln)
@@ -81,28 +81,28 @@ func (s *State) setListener(ap netip.AddrPort, key FrontendKey, v FrontendValue,
 	}
 	var uerr error
 	if err := raw.Control(func(fd uintptr) {
-		uerr = s.objs.Listeners.Update(v.Slot, uint64(fd), ebpf.UpdateAny)
+		uerr = s.objs.LmwListeners.Update(v.Slot, uint64(fd), ebpf.UpdateAny)
 	}); err != nil {
 		return err
 	}
 	if uerr != nil {
 		return fmt.Errorf("frontend %s: listener into sockmap: %w", ap, uerr)
 	}
-	return s.objs.Frontends.Update(&key, &v, ebpf.UpdateAny)
+	return s.objs.LmwFrontends.Update(&key, &v, ebpf.UpdateAny)
 }
 
 func (s *State) freeSlot() (uint32, error) {
 	used := map[uint32]bool{}
 	var k FrontendKey
 	var v FrontendValue
-	it := s.objs.Frontends.Iterate()
+	it := s.objs.LmwFrontends.Iterate()
 	for it.Next(&k, &v) {
 		used[v.Slot] = true
 	}
 	if err := it.Err(); err != nil {
 		return 0, err
 	}
-	for i := uint32(0); i < s.objs.Listeners.MaxEntries(); i++ {
+	for i := uint32(0); i < s.objs.LmwListeners.MaxEntries(); i++ {
 		if !used[i] {
 			return i, nil
 		}
@@ -115,11 +115,11 @@ func (s *State) freeSlot() (uint32, error) {
 func (s *State) RemoveFrontend(ap netip.AddrPort) error {
 	key := frontendKey(ap)
 	var v FrontendValue
-	if err := s.objs.Frontends.Lookup(&key, &v); err != nil {
+	if err := s.objs.LmwFrontends.Lookup(&key, &v); err != nil {
 		return nil
 	}
-	s.objs.Listeners.Delete(v.Slot)
-	if err := s.objs.Frontends.Delete(&key); err != nil {
+	s.objs.LmwListeners.Delete(v.Slot)
+	if err := s.objs.LmwFrontends.Delete(&key); err != nil {
 		return err
 	}
 	if v.Flags&FrontendOwnAddr != 0 {
@@ -133,7 +133,7 @@ func (s *State) Frontends() (map[netip.AddrPort]FrontendValue, error) {
 	out := map[netip.AddrPort]FrontendValue{}
 	var k FrontendKey
 	var v FrontendValue
-	it := s.objs.Frontends.Iterate()
+	it := s.objs.LmwFrontends.Iterate()
 	for it.Next(&k, &v) {
 		out[keyAddrPort(k)] = v
 	}

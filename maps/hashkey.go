@@ -12,7 +12,7 @@ import (
 )
 
 // pinHashKey is the pinned one-entry array that holds the session-hash key.
-const pinHashKey = "hash_key"
+const pinHashKey = "lmw_hash_key"
 
 // HashKeySize is the size of the session-hash key (SipHash-2-4's 128 bits).
 const HashKeySize = 16

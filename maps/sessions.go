@@ -10,15 +10,16 @@ import (
 	"github.com/lmwarden/lmwarden/bpf"
 )
 
-// PutSession records that the session with keyed hash h lives on replica.
-func (s *State) PutSession(h uint64, replica uint32, flags uint32, lastSeen time.Time) error {
-	v := Session{Replica: replica, Flags: flags, LastSeenNs: uint64(lastSeen.UnixNano())}
-	return s.objs.Sessions.Update(h, &v, ebpf.UpdateAny)
+// PutSession records that the session with keyed hash h of the model with
+// index model (in the config) lives on replica.
+func (s *State) PutSession(h uint64, replica, model uint32, lastSeen time.Time) error {
+	v := Session{Replica: replica, Model: model, LastSeenNs: uint64(lastSeen.UnixNano())}
+	return s.objs.LmwSessions.Update(h, &v, ebpf.UpdateAny)
 }
 
 // DeleteSession forgets a session (expired); unknown is not an error.
 func (s *State) DeleteSession(h uint64) error {
-	err := s.objs.Sessions.Delete(h)
+	err := s.objs.LmwSessions.Delete(h)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil
 	}
@@ -28,7 +29,7 @@ func (s *State) DeleteSession(h uint64) error {
 // LookupSession returns the entry for h.
 func (s *State) LookupSession(h uint64) (Session, bool, error) {
 	var v Session
-	err := s.objs.Sessions.Lookup(h, &v)
+	err := s.objs.LmwSessions.Lookup(h, &v)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return v, false, nil
 	}
@@ -37,7 +38,7 @@ func (s *State) LookupSession(h uint64) (Session, bool, error) {
 
 // Sessions calls fn for every session until it returns false.
 func (s *State) Sessions(fn func(h uint64, v Session) bool) error {
-	return iterateSessions(s.objs.Sessions, fn)
+	return iterateSessions(s.objs.LmwSessions, fn)
 }
 
 func iterateSessions(m *ebpf.Map, fn func(h uint64, v Session) bool) error {
@@ -58,7 +59,7 @@ func ReadSessions(dir string, fn func(h uint64, v Session) bool) error {
 	if dir == "" {
 		dir = DefaultDir
 	}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.LmwardenMapSessions), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.LmwardenMapLmwSessions), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		return errors.Join(ErrNotLoaded, err)
 	}

@@ -29,7 +29,7 @@ func Cookie(c syscall.Conn) (uint64, error) {
 // Arm sets how the verdict treats the next bytes of socket cookie. Only
 // the shim writes sock_ctls; it bumps ctl.Gen at every arm.
 func (s *State) Arm(cookie uint64, ctl SockCtl) error {
-	return s.objs.SockCtls.Update(cookie, &ctl, ebpf.UpdateAny)
+	return s.objs.LmwSockCtls.Update(cookie, &ctl, ebpf.UpdateAny)
 }
 
 // AddSocket starts the verdict's bookkeeping for c at stream offset seen
@@ -37,7 +37,7 @@ func (s *State) Arm(cookie uint64, ctl SockCtl) error {
 // Arm it first: from this call on, the verdict sees every byte c receives.
 func (s *State) AddSocket(c syscall.Conn, cookie uint64, seen uint64) error {
 	st := SockState{Seen: seen}
-	if err := s.objs.SockStates.Update(cookie, &st, ebpf.UpdateAny); err != nil {
+	if err := s.objs.LmwSockStates.Update(cookie, &st, ebpf.UpdateAny); err != nil {
 		return err
 	}
 	raw, err := c.SyscallConn()
@@ -46,7 +46,7 @@ func (s *State) AddSocket(c syscall.Conn, cookie uint64, seen uint64) error {
 	}
 	var uerr error
 	if err := raw.Control(func(fd uintptr) {
-		uerr = s.objs.Socks.Update(cookie, uint64(fd), ebpf.UpdateNoExist)
+		uerr = s.objs.LmwSocks.Update(cookie, uint64(fd), ebpf.UpdateNoExist)
 	}); err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *State) AddSocket(c syscall.Conn, cookie uint64, seen uint64) error {
 // SocketState reads the verdict's bookkeeping for cookie.
 func (s *State) SocketState(cookie uint64) (SockState, error) {
 	var st SockState
-	err := s.objs.SockStates.Lookup(cookie, &st)
+	err := s.objs.LmwSockStates.Lookup(cookie, &st)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return st, ErrNoSocket
 	}
@@ -67,9 +67,9 @@ func (s *State) SocketState(cookie uint64) (SockState, error) {
 // removes it from the SOCKHASH by itself; the control and state entries
 // are ours to delete.
 func (s *State) ForgetSocket(cookie uint64) {
-	s.objs.Socks.Delete(cookie)
-	s.objs.SockCtls.Delete(cookie)
-	s.objs.SockStates.Delete(cookie)
+	s.objs.LmwSocks.Delete(cookie)
+	s.objs.LmwSockCtls.Delete(cookie)
+	s.objs.LmwSockStates.Delete(cookie)
 }
 
 // Detach takes a socket out of the SOCKHASH while it stays open: from
@@ -81,12 +81,12 @@ func (s *State) ForgetSocket(cookie uint64) {
 // socket left (the caller must then fail the connection). Its control
 // and state entries are deleted.
 func (s *State) Detach(cookie uint64, seen uint64) (lost bool, err error) {
-	if err := s.objs.Socks.Delete(cookie); err != nil {
+	if err := s.objs.LmwSocks.Delete(cookie); err != nil {
 		return false, err
 	}
 	st, err := s.SocketState(cookie)
-	s.objs.SockCtls.Delete(cookie)
-	s.objs.SockStates.Delete(cookie)
+	s.objs.LmwSockCtls.Delete(cookie)
+	s.objs.LmwSockStates.Delete(cookie)
 	if err != nil {
 		return false, err
 	}
@@ -97,7 +97,7 @@ func (s *State) Detach(cookie uint64, seen uint64) (lost bool, err error) {
 func (s *State) SocketCookies() ([]uint64, error) {
 	var out []uint64
 	var k, v uint64
-	it := s.objs.Socks.Iterate()
+	it := s.objs.LmwSocks.Iterate()
 	for it.Next(&k, &v) {
 		out = append(out, k)
 	}
@@ -107,7 +107,7 @@ func (s *State) SocketCookies() ([]uint64, error) {
 // ResponseEnds opens a reader of the ring buffer the verdict writes one
 // ResponseEnd to for every response whose end it finds.
 func (s *State) ResponseEnds() (*ringbuf.Reader, error) {
-	return ringbuf.NewReader(s.objs.ResponseEnds)
+	return ringbuf.NewReader(s.objs.LmwResponseEnds)
 }
 
 // DecodeResponseEnd decodes one ring-buffer record.
@@ -139,12 +139,12 @@ func (s *State) UnwatchResponseEnds(cookie uint64) { s.unwatchEnds(cookie) }
 // SocketInMap reports whether cookie is in the SOCKHASH.
 func (s *State) SocketInMap(cookie uint64) bool {
 	var v uint64
-	return s.objs.Socks.Lookup(cookie, &v) == nil
+	return s.objs.LmwSocks.Lookup(cookie, &v) == nil
 }
 
 // Ctl reads the control entry of cookie (zero if none).
 func (s *State) Ctl(cookie uint64) SockCtl {
 	var c SockCtl
-	s.objs.SockCtls.Lookup(cookie, &c)
+	s.objs.LmwSockCtls.Lookup(cookie, &c)
 	return c
 }

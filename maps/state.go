@@ -127,7 +127,7 @@ func (s *State) attach(dir string, opts Options) error {
 		return err
 	}
 	s.verdict, err = link.AttachRawLink(link.RawLinkOptions{
-		Target:  s.objs.Socks.FD(),
+		Target:  s.objs.LmwSocks.FD(),
 		Program: s.objs.LmwVerdict,
 		Attach:  ebpf.AttachSkSKBStreamVerdict,
 	})

@@ -3,6 +3,7 @@ package maps
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,9 +29,15 @@ func TestLoadPinsStateWithPrivateModes(t *testing.T) {
 			t.Errorf("%s mode %v, want 0600", e.Name(), fi.Mode().Perm())
 		}
 	}
-	for _, want := range []string{"sessions", "socks", "listeners", "frontends", "stats", "link_dispatch", "link_verdict"} {
+	for _, want := range []string{"lmw_sessions", "lmw_socks", "lmw_listeners", "lmw_frontends", "lmw_own_conns", "lmw_stats", "lmw_dispatch_stats", "link_dispatch", "link_verdict"} {
 		if !names[want] {
 			t.Errorf("%s not pinned (have %v)", want, names)
+		}
+	}
+	// bpftool lists maps by name: every one of ours says whose it is.
+	for name := range names {
+		if !strings.HasPrefix(name, "lmw_") && !strings.HasPrefix(name, "link_") {
+			t.Errorf("pinned map %s: want the lmw_ prefix", name)
 		}
 	}
 }
@@ -52,7 +59,7 @@ func TestSessionSurvivesWardenRestart(t *testing.T) {
 	}
 	s := mustState(t)
 	seen := time.Unix(1_700_000_000, 0)
-	if err := s.PutSession(0xfeedbeef, 3, SessionSpilled, seen); err != nil {
+	if err := s.PutSession(0xfeedbeef, 3, 2, seen); err != nil {
 		t.Fatal(err)
 	}
 	dir := s.Dir()
@@ -69,7 +76,7 @@ func TestSessionSurvivesWardenRestart(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("session lost across restart: ok=%v err=%v", ok, err)
 	}
-	if v.Replica != 3 || v.Flags != SessionSpilled || v.LastSeenNs != uint64(seen.UnixNano()) {
+	if v.Replica != 3 || v.Model != 2 || v.LastSeenNs != uint64(seen.UnixNano()) {
 		t.Errorf("session after restart = %+v", v)
 	}
 	n := 0

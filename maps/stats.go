@@ -4,7 +4,7 @@ package maps
 func (s *State) Stats(replica uint32) (ReplicaStats, error) {
 	var per []ReplicaStats
 	var sum ReplicaStats
-	if err := s.objs.Stats.Lookup(replica, &per); err != nil {
+	if err := s.objs.LmwStats.Lookup(replica, &per); err != nil {
 		return sum, err
 	}
 	for _, p := range per {

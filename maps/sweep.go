@@ -9,7 +9,7 @@ func (s *State) SweepClosed(prev map[uint64]bool) (absent map[uint64]bool) {
 	absent = map[uint64]bool{}
 	var k uint64
 	var st SockState
-	it := s.objs.SockStates.Iterate()
+	it := s.objs.LmwSockStates.Iterate()
 	for it.Next(&k, &st) {
 		if !s.SocketInMap(k) {
 			absent[k] = true
@@ -17,8 +17,8 @@ func (s *State) SweepClosed(prev map[uint64]bool) (absent map[uint64]bool) {
 	}
 	for k := range absent {
 		if prev[k] {
-			s.objs.SockCtls.Delete(k)
-			s.objs.SockStates.Delete(k)
+			s.objs.LmwSockCtls.Delete(k)
+			s.objs.LmwSockStates.Delete(k)
 			delete(absent, k)
 		}
 	}
@@ -30,10 +30,10 @@ func (s *State) SocketEntries() (ctls, states int) {
 	var k uint64
 	var c SockCtl
 	var st SockState
-	for it := s.objs.SockCtls.Iterate(); it.Next(&k, &c); {
+	for it := s.objs.LmwSockCtls.Iterate(); it.Next(&k, &c); {
 		ctls++
 	}
-	for it := s.objs.SockStates.Iterate(); it.Next(&k, &st); {
+	for it := s.objs.LmwSockStates.Iterate(); it.Next(&k, &st); {
 		states++
 	}
 	return ctls, states

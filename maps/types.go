@@ -11,6 +11,9 @@ type (
 	ResponseEnd   = bpf.LmwardenResponseEnd
 	FrontendKey   = bpf.LmwardenFrontendKey
 	FrontendValue = bpf.LmwardenFrontendValue
+	ConnKey       = bpf.LmwardenConnKey
+	OwnConn       = bpf.LmwardenOwnConn
+	DispatchStats = bpf.LmwardenDispatchStats
 )
 
 // Socket modes (enum sock_mode) and parse phases (enum parse_phase).
@@ -25,16 +28,14 @@ const (
 
 // Flags mirrored from lmwarden.h #defines (bpf2go only carries types).
 const (
-	FrontendOwnAddr     = 1 // FRONTEND_OWN_ADDR
-	SessionClientPinned = 1 // SESSION_CLIENT_PINNED
-	SessionSpilled      = 2 // SESSION_SPILLED
-	CtlNoBody           = 1 // CTL_NO_BODY
-	CtlTailPass         = 2 // CTL_TAIL_PASS
-	CtlRearm            = 4 // CTL_REARM
-	CtlNotify           = 8 // CTL_NOTIFY
-	EndFramed           = 1 // END_FRAMED
-	EndBody             = 2 // END_BODY
-	EndTail             = 4 // END_TAIL
+	FrontendOwnAddr = 1 // FRONTEND_OWN_ADDR
+	CtlNoBody       = 1 // CTL_NO_BODY
+	CtlTailPass     = 2 // CTL_TAIL_PASS
+	CtlRearm        = 4 // CTL_REARM
+	CtlNotify       = 8 // CTL_NOTIFY
+	EndFramed       = 1 // END_FRAMED
+	EndBody         = 2 // END_BODY
+	EndTail         = 4 // END_TAIL
 )
 
 // Pin names inside the state directory.

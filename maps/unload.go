@@ -33,7 +33,7 @@ func Unload(opts Options) error {
 	defer lock.unlock()
 
 	var errs []error
-	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.LmwardenMapFrontends), nil); err == nil {
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.LmwardenMapLmwFrontends), nil); err == nil {
 		var k FrontendKey
 		var v FrontendValue
 		it := m.Iterate()

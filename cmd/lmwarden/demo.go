@@ -132,7 +132,7 @@ type demoFront struct {
 	frontend, admin, datapath string
 	warden                    *agent.Warden
 	shim                      *l7.Shim
-	closeDatapath             func() error
+	dp                        *servedDatapath
 }
 
 // Close stops the warden, then releases the datapath; kernel state that
@@ -140,9 +140,8 @@ type demoFront struct {
 // (state a running warden already had is left alone).
 func (d *demoFront) Close() error {
 	err := errors.Join(d.shim.Close(), d.warden.Close())
-	k, kernel := d.shim.Datapath().(*l7.KernelPath)
-	created := kernel && !k.State().Reused
-	err = errors.Join(err, d.closeDatapath())
+	created := d.dp.kern != nil && !d.dp.kern.st.Reused
+	err = errors.Join(err, d.dp.Close())
 	if created {
 		err = errors.Join(err, maps.Unload(maps.Options{}))
 	}
@@ -158,10 +157,11 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	// when privileged and built in, userspace otherwise; what it logs about
 	// the choice becomes the demo's "datapath" line.
 	var why reasonHandler
-	dp, closeDatapath, err := selectDatapath(&agent.Config{Datapath: "auto"}, slog.New(&why))
+	dp, err := selectDatapath(&agent.Config{Datapath: "auto"}, maps.DefaultDir, slog.New(&why))
 	if err != nil {
 		return nil, err
 	}
+	closeDatapath := dp.Close
 	ln, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
 		closeDatapath()
@@ -176,7 +176,7 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	cfg.Models[0].Replicas = replicaURLs
 	cfg.Models[0].VLLMLBStats = lb.String()
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wd, err := agent.NewWithOptions(cfg, agent.Options{Logger: quiet})
+	wd, err := agent.NewWithOptions(cfg, agent.Options{Logger: quiet, DialContext: dp.pollDial()})
 	if err != nil {
 		ln.Close()
 		closeDatapath()
@@ -187,11 +187,11 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 		closeDatapath()
 		return nil, fmt.Errorf("warden: %w", err)
 	}
-	shim := l7.NewShim(wd.Models()[0], l7.Options{Datapath: dp, Logger: quiet, ResponseTimeout: 300 * time.Second})
+	shim := l7.NewShim(wd.Models()[0], l7.Options{Datapath: dp.Datapath, Upstreams: dp.upstreams(), Logger: quiet, ResponseTimeout: 300 * time.Second})
 	go shim.Serve(ln)
 	return &demoFront{
 		frontend: ln.Addr().String(), admin: wd.AdminAddr(), warden: wd, shim: shim,
-		closeDatapath: closeDatapath, datapath: dp.Name() + why.String(),
+		dp: dp, datapath: dp.Name() + why.String(),
 	}, nil
 }
 

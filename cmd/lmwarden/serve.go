@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/maps"
 )
 
 func init() {
@@ -30,14 +31,6 @@ func (r *repeatedFlag) Set(v string) error {
 	return nil
 }
 
-var errKernelDatapath = errors.New("the kernel datapath is not built into this binary yet; run with --datapath user (or auto)")
-
-// kernelDatapath builds the kernel (sockmap) datapath. It is nil until a
-// file of the kernel datapath (cmd/lmwarden/serve_kernel.go) sets it in
-// init; then --datapath kernel uses it and auto tries it first. closeFn
-// releases what it loaded, after the shims have stopped.
-var kernelDatapath func(cfg *agent.Config, log *slog.Logger) (dp l7.Datapath, closeFn func() error, err error)
-
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	config := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
@@ -46,6 +39,7 @@ func runServe(args []string) error {
 	var replicas repeatedFlag
 	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
 	datapath := fs.String("datapath", "", "auto, kernel or user (default: the config's, else auto)")
+	pinDir := fs.String("pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
 	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
 	logLevel := fs.String("log-level", "info", "debug (one line a request), info, warn or error")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
@@ -69,33 +63,48 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	dp, closeDatapath, err := selectDatapath(cfg, log)
+	dp, err := selectDatapath(cfg, *pinDir, log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := closeDatapath(); err != nil {
+		if err := dp.Close(); err != nil {
 			log.Warn("closing the datapath", "err", err)
 		}
 	}()
-
-	if err := kernelHashKey(dp, cfg); err != nil {
-		return err
+	if dp.kern == nil {
+		// Only the kernel datapath can serve a frontend on a replica's
+		// own {address, port}: it never steers the warden's own
+		// connections. The shim listening there itself would be sent
+		// its own requests.
+		if err := checkNoLoop(cfg); err != nil {
+			return err
+		}
 	}
-	w, err := agent.NewWithOptions(cfg, agent.Options{Logger: log, Sink: datapathSessionSink(dp, cfg)})
+
+	opts := agent.Options{Logger: log, DialContext: dp.pollDial()}
+	if dp.kern != nil {
+		if err := dp.kern.hashKey(cfg); err != nil {
+			return err
+		}
+		opts.Sink = dp.kern.sessionSink(cfg)
+	}
+	w, err := agent.NewWithOptions(cfg, opts)
 	if err != nil {
 		return err
 	}
-	if n, err := restoreSessions(dp, w, time.Now()); err != nil {
-		log.Warn("sessions of the previous warden not restored", "err", err)
-	} else if n > 0 {
-		log.Info("sessions restored from the pinned map", "sessions", n)
+	if dp.kern != nil {
+		if n, err := dp.kern.restoreSessions(w, time.Now()); err != nil {
+			log.Warn("sessions of the previous warden not restored", "err", err)
+		} else if n > 0 {
+			log.Info("sessions restored from the pinned map", "sessions", n)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	// Frontends first: a port that is taken fails the start before anything runs.
-	upstreams := l7.NewUpstreams(3*time.Second, 4*time.Second, 32)
+	upstreams := dp.upstreams()
 	var shims []*l7.Shim
 	serveErr := make(chan error, len(w.Models()))
 	closeShims := func() {
@@ -110,7 +119,7 @@ func runServe(args []string) error {
 		wg.Wait()
 	}
 	for _, m := range w.Models() {
-		ln, err := listenFrontend(dp, m.Frontend())
+		ln, err := dp.listen(m.Frontend())
 		if err != nil {
 			closeShims()
 			return fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
@@ -125,9 +134,7 @@ func runServe(args []string) error {
 			"shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())
 	}
 	w.Registry().MustRegister(l7.NewCollector(shims...))
-	if k, ok := dp.(*l7.KernelPath); ok {
-		w.Registry().MustRegister(k)
-	}
+	w.Registry().MustRegister(dp.collectors()...)
 	if err := w.Start(ctx); err != nil {
 		closeShims()
 		return err
@@ -178,39 +185,6 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// selectDatapath resolves --datapath: user; kernel (an error when it is
-// not built in or cannot load); auto tries kernel and falls back to user,
-// logging why.
-func selectDatapath(cfg *agent.Config, log *slog.Logger) (l7.Datapath, func() error, error) {
-	noop := func() error { return nil }
-	switch cfg.Datapath {
-	case "user":
-		log.Info("datapath: user", "reason", "--datapath user")
-		return l7.NewUserPath(), noop, nil
-	case "kernel":
-		if kernelDatapath == nil {
-			return nil, nil, errKernelDatapath
-		}
-		dp, closeFn, err := kernelDatapath(cfg, log)
-		if err != nil {
-			return nil, nil, fmt.Errorf("kernel datapath: %w", err)
-		}
-		log.Info("datapath: kernel", "reason", "--datapath kernel")
-		return dp, closeFn, nil
-	}
-	if kernelDatapath == nil {
-		log.Info("datapath: user", "reason", "auto: the kernel datapath (sockmap) is not built into this binary yet")
-		return l7.NewUserPath(), noop, nil
-	}
-	dp, closeFn, err := kernelDatapath(cfg, log)
-	if err != nil {
-		log.Info("datapath: user", "reason", "auto: kernel datapath unavailable", "err", err)
-		return l7.NewUserPath(), noop, nil
-	}
-	log.Info("datapath: kernel", "reason", "auto: kernel datapath loaded")
-	return dp, closeFn, nil
 }
 
 func shapeOf(m *agent.Model) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
@@ -22,17 +23,15 @@ func TestServeKernelRestartKeepsSessionsOnTheirReplicas(t *testing.T) {
 	if !mapstest.InNetNS(t) {
 		return
 	}
-	// The default pinned directory: serve has no flag for another one, and
-	// this process is alone in its namespace (bpffs is shared, so clean up).
-	maps.Unload(maps.Options{})
+	pinDir := kerneltest.PinDir(t)
 	t.Cleanup(func() {
-		if err := maps.Unload(maps.Options{}); err != nil {
+		if err := maps.Unload(maps.Options{Dir: pinDir}); err != nil {
 			t.Error(err)
 		}
 	})
 	urls := mustServeSim(t, 4)
 	const front = "127.0.0.1:8000" // the frontend sk_lookup steers (our own namespace)
-	args := append([]string{"--listen", front, "--admin", "127.0.0.1:9100", "--datapath", "kernel"}, replicaFlags(urls)...)
+	args := append([]string{"--listen", front, "--admin", "127.0.0.1:9100", "--datapath", "kernel", "--pin-dir", pinDir}, replicaFlags(urls)...)
 	ids := []string{"restart-a", "restart-b", "restart-c", "restart-d", "restart-e"}
 
 	w := mustServe(t, args...)

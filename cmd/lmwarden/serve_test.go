@@ -317,6 +317,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--replica", "http://127.0.0.1:1", "--datapath", "fast"}, 1, "datapath"},
 		{[]string{"--listen", "127.0.0.1:0", "--replica", "http://127.0.0.1:1", "--policy", "magic"}, 1, "policy"},
 		{[]string{"--config", "/nonexistent.yaml"}, 1, "nonexistent"},
+		{[]string{"--listen", "127.0.0.1:18999", "--replica", "http://127.0.0.1:18999", "--datapath", "user"}, 1, "loop"},
 	}
 	for _, c := range cases {
 		out, err := exec.Command(bin, append([]string{"serve"}, c.args...)...).CombinedOutput()

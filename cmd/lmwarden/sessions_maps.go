@@ -11,13 +11,13 @@ import (
 
 // sessionsFromMaps reads the pinned sessions map directly (for
 // `lmwarden sessions --from-maps`): it works while the warden runs, and
-// after it stopped. The map holds no model name (the key is the keyed hash
-// of the session id), so Model is "-". Newest first, at most limit (0: all).
+// after it stopped. The map holds no model name, only the model's index in
+// the config, so Model is "#N". Newest first, at most limit (0: all).
 func sessionsFromMaps(dir string, limit int) (agent.SessionsResponse, error) {
 	var out agent.SessionsResponse
 	err := maps.ReadSessions(dir, func(h uint64, v maps.Session) bool {
 		out.Sessions = append(out.Sessions, agent.SessionInfo{
-			Model: "-", Hash: fmt.Sprintf("%016x", h), Replica: int(v.Replica),
+			Model: fmt.Sprintf("#%d", v.Model), Hash: fmt.Sprintf("%016x", h), Replica: int(v.Replica),
 			LastSeen: time.Unix(0, int64(v.LastSeenNs)),
 		})
 		return true
