@@ -86,7 +86,7 @@ func (r *Report) writePlots(dir string) error {
 func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "concurrent sessions"
+	p.X.Label.Text = r.stepAxis()
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -94,11 +94,14 @@ func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 	p.Legend.YOffs = -vg.Points(18) // clear of the title
 	ticks := make([]plot.Tick, len(r.Steps))
 	for i, s := range r.Steps {
-		ticks[i] = plot.Tick{Value: float64(s), Label: fmt.Sprint(s)}
+		ticks[i] = plot.Tick{Value: s.value(), Label: s.String()}
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	if len(r.Steps) > 0 {
-		p.X.Min, p.X.Max = float64(r.Steps[0]), float64(r.Steps[len(r.Steps)-1])
+		p.X.Min, p.X.Max = math.Inf(1), math.Inf(-1)
+		for _, s := range r.Steps {
+			p.X.Min, p.X.Max = min(p.X.Min, s.value()), max(p.X.Max, s.value())
+		}
 		if p.X.Min == p.X.Max {
 			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
 		}
@@ -112,7 +115,7 @@ func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result) Num, dashes []vg.Length, logScale bool) error {
 	var pts plotter.XYs
 	for _, s := range r.Steps {
-		x, ok := r.Find(s, arm)
+		x, ok := r.FindStep(s, arm)
 		if !ok {
 			continue
 		}
@@ -120,7 +123,7 @@ func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result
 		if math.IsNaN(v) || (logScale && v <= 0) {
 			continue
 		}
-		pts = append(pts, plotter.XY{X: float64(s), Y: v})
+		pts = append(pts, plotter.XY{X: s.value(), Y: v})
 	}
 	if len(pts) == 0 {
 		return nil
@@ -146,4 +149,17 @@ func (r *Report) anyTask() bool {
 		}
 	}
 	return false
+}
+
+// stepAxis names the x axis by the first step's kind.
+func (r *Report) stepAxis() string {
+	switch {
+	case len(r.Steps) == 0:
+		return ""
+	case r.Steps[0].Load > 0:
+		return "load (live context ÷ total KV cache)"
+	case r.Steps[0].Open():
+		return "new sessions a minute"
+	}
+	return "concurrent sessions"
 }

@@ -44,7 +44,7 @@ func TestIncrementalPromptEqualsFullRender(t *testing.T) {
 
 func TestVirtualAffinityOnBeatsOffAtFourSessions(t *testing.T) {
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
-		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: []int{4},
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(4),
 		Duration: 60 * time.Second, Arms: mustArms(t, "off,on"), Seed: 1,
 	})
 	if err != nil {
@@ -69,7 +69,7 @@ func TestVirtualAffinityOnBeatsOffAtFourSessions(t *testing.T) {
 
 func TestVirtualRunIsDeterministic(t *testing.T) {
 	cfg := VirtualConfig{
-		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 2, Steps: []int{3},
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 2, Steps: Sessions(3),
 		Duration: 40 * time.Second, Arms: mustArms(t, "round-robin,random"), Seed: 7, FreshReplicas: true,
 	}
 	a, err := RunVirtual(context.Background(), cfg)

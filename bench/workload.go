@@ -62,6 +62,9 @@ type Session struct {
 	// early) generates exactly that many, so the spread is what keeps
 	// sessions' turns from ending in the same order round after round.
 	MaxTokens []int
+	// Summaries are the max_tokens of the session's compaction requests,
+	// in order (compaction.go); nil: the session never compacts.
+	Summaries []int
 }
 
 // Session returns session i of the workload (text variant 0).
@@ -74,6 +77,9 @@ func (w *Workload) Session(i int) *Session { return w.SessionVariant(i, 0) }
 // but cannot hit the first arm's cache of the very same conversations, a
 // head start the first arm never had. The system prompt is the same for all.
 func (w *Workload) SessionVariant(i int, variant uint64) *Session {
+	if w.Shape.session != nil {
+		return w.Shape.session(w, i, variant)
+	}
 	shape := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
 	txt := rand.New(rand.NewPCG(w.Seed^sessionTextSalt^(variant*0x9e3779b97f4a7c15), uint64(i)))
 	s := &Session{Index: i, ID: uuid(txt)}
@@ -101,6 +107,10 @@ type Conversation struct {
 	Session *Session
 	Turn    int // index of the next turn to send
 	History []sim.Message
+	// Limit is the model's context in tokens, for compaction (0: never;
+	// compaction.go).
+	Limit   int
+	compact compactState
 }
 
 // NewConversation starts a session at its first turn.
@@ -120,7 +130,7 @@ func (c *Conversation) Reply(text string) {
 }
 
 // Done says whether every turn has been answered.
-func (c *Conversation) Done() bool { return c.Turn >= len(c.Session.Users) }
+func (c *Conversation) Done() bool { return c.Turn >= len(c.Session.Users) && !c.compact.compacting }
 
 // words are the pieces generated text is made of; each is exactly
 // sim.BytesPerToken bytes, so text(r, n) is exactly n tokens.

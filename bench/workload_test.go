@@ -117,7 +117,7 @@ func TestIdealHitRateCountsEachTokenOncePerSession(t *testing.T) {
 		t.Fatalf("ideal of nothing = %v", got)
 	}
 	// The workload's own ideal: most of every prompt is history.
-	if got := NewWorkload(1).IdealHitRate(20); got < 0.80 || got > 0.90 {
+	if got := NewWorkload(1).IdealHitRate(20, 0); got < 0.80 || got > 0.90 {
 		t.Fatalf("workload ideal = %.3f, want about 0.85", got)
 	}
 }

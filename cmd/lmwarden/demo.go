@@ -118,7 +118,7 @@ func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Prof
 	}
 	rep, err := bench.RunReal(ctx, bench.RealConfig{
 		Target: "http://" + front.frontend, API: f.api, Admin: "http://" + front.admin,
-		Steps: steps, Duration: f.duration, Arms: arms, Seed: f.seed, Speed: f.speed,
+		Steps: bench.Sessions(steps...), Duration: f.duration, Arms: arms, Seed: f.seed, Speed: f.speed,
 		Profile: p.Name, LBStats: lb.String(), Progress: bench.NewProgress(os.Stderr, len(steps)*2),
 	})
 	if err != nil {
