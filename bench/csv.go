@@ -22,6 +22,7 @@ func (r *Report) writeCSV(path string) error {
 		"ttft_p50_s", "ttft_p95_s", "session_ttft_p50_s", "session_ttft_p95_s",
 		"replicas_busy", "hit_rate", "client_cached_share", "queries_per_prompt_token", "ideal_hit_rate", "counter_resets",
 		"stayed", "load_imbalance", "notes"}
+	head = append(head, "step", "arrivals_per_min", "load")
 	head = append(head, taskCSVHead...)
 	for i := range r.Replicas {
 		head = append(head, fmt.Sprintf("load_r%d", i))
@@ -37,6 +38,7 @@ func (r *Report) writeCSV(path string) error {
 			csvNum(x.TTFTP50), csvNum(x.TTFTP95), csvNum(x.SessionTTFTP50), csvNum(x.SessionTTFTP95),
 			csvNum(x.ReplicasBusy), csvNum(x.HitRate), csvNum(x.ClientCachedShare), csvNum(x.QueriesPerPromptToken), csvNum(x.IdealHitRate),
 			strconv.Itoa(x.CounterResets), csvNum(x.Stayed), csvNum(x.Imbalance), strings.Join(x.Notes, "; ")}
+		row = append(row, x.stepCSVRow()...)
 		row = append(row, x.TaskStats.csvRow()...)
 		for i := range r.Replicas {
 			if i < len(x.Load) {
@@ -81,4 +83,16 @@ func (t TaskStats) csvRow() []string {
 		csvNum(t.TaskP95Open), csvNum(t.TTFTFirstP50), csvNum(t.TTFTFirstP95), csvNum(t.TTFTLaterP50),
 		csvNum(t.TTFTLaterP95), strconv.Itoa(t.Compactions), strconv.Itoa(t.Parked), strconv.Itoa(t.ParkedAtClose), csvNum(t.ParkedP50),
 		csvNum(t.ParkedP95), csvNum(t.ParkedMax), csvNum(t.LiveContext), csvNum(t.LiveContextX)}
+}
+
+// stepCSVRow is the step's name, arrival rate (open loop) and load.
+func (x Result) stepCSVRow() []string {
+	rate, load := Num(math.NaN()), Num(math.NaN())
+	if x.Open() {
+		rate = Num(x.PerMin)
+	}
+	if x.CacheLoad > 0 {
+		load = Num(x.CacheLoad)
+	}
+	return []string{x.Step.String(), csvNum(rate), csvNum(load)}
 }

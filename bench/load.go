@@ -138,8 +138,8 @@ func ResolveSteps(steps []Step, w *Workload, p sim.Profile, replicas, limit int)
 	var notes []string
 	for i, s := range steps {
 		out[i] = s
-		if s.Load > 0 {
-			est := EstimateLoad(w, p, replicas, limit, s.Load)
+		if s.CacheLoad > 0 {
+			est := EstimateLoad(w, p, replicas, limit, s.CacheLoad)
 			if s.Open() {
 				out[i].PerMin = math.Round(est.PerMin*100) / 100
 			} else {

@@ -156,7 +156,7 @@ func (r *Report) stepAxis() string {
 	switch {
 	case len(r.Steps) == 0:
 		return ""
-	case r.Steps[0].Load > 0:
+	case r.Steps[0].CacheLoad > 0:
 		return "load (live context ÷ total KV cache)"
 	case r.Steps[0].Open():
 		return "new sessions a minute"

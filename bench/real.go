@@ -62,7 +62,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 	wall := time.Now()
 	conns := 0
 	for _, s := range cfg.Steps {
-		if s.Open() || s.Load > 0 {
+		if s.Open() || s.CacheLoad > 0 {
 			conns = max(conns, openLoopConns)
 		}
 		conns = max(conns, s.Sessions)
@@ -149,10 +149,10 @@ func (cfg *RealConfig) check() error {
 		return fmt.Errorf("%w: no replica metrics: give --replica-metrics or --admin", ErrBadConfig)
 	}
 	for _, s := range cfg.Steps {
-		if s.Load <= 0 && !s.sized() {
+		if s.CacheLoad <= 0 && !s.sized() {
 			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
 		}
-		if s.Load > 0 && cfg.Profile == "" {
+		if s.CacheLoad > 0 && cfg.Profile == "" {
 			return fmt.Errorf("%w: step %s is a load: give the replicas' profile to size it", ErrBadConfig, s)
 		}
 	}
@@ -189,7 +189,7 @@ const openLoopConns = 256
 func (r *realRun) sizeSteps(notes *[]string) error {
 	r.steps = r.cfg.Steps
 	for _, s := range r.cfg.Steps {
-		if s.Load <= 0 {
+		if s.CacheLoad <= 0 {
 			continue
 		}
 		p, err := sim.LookupProfile(r.cfg.Profile)

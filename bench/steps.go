@@ -12,14 +12,15 @@ import (
 // Step is one step of a run. Closed loop (the default): Sessions sessions
 // at a time, a finished one replaced at once. Open loop (Arrivals
 // "poisson"): new sessions arrive at PerMin a minute, a Poisson process,
-// whatever the ones in progress are doing. Load, when the step was stated
-// as a load ("1.5x"), is the live context it asks for over the replicas'
-// total KV cache; ResolveSteps (load.go) turns it into Sessions or PerMin.
+// whatever the ones in progress are doing. CacheLoad, when the step was
+// stated as a load ("1.5x"), is the live context it asks for over the
+// replicas' total KV cache; ResolveSteps (load.go) turns it into Sessions
+// or PerMin.
 type Step struct {
-	Sessions int     `json:"sessions"`
-	Arrivals string  `json:"arrivals,omitempty"` // "" (closed) or ArrivalsPoisson
-	PerMin   float64 `json:"arrivals_per_min,omitempty"`
-	Load     float64 `json:"load,omitempty"`
+	Sessions  int     `json:"sessions"`
+	Arrivals  string  `json:"arrivals,omitempty"` // "" (closed) or ArrivalsPoisson
+	PerMin    float64 `json:"arrivals_per_min,omitempty"`
+	CacheLoad float64 `json:"load,omitempty"`
 }
 
 // ArrivalsPoisson names the open loop.
@@ -47,10 +48,10 @@ func (s Step) String() string {
 	default:
 		n = strconv.Itoa(s.Sessions)
 	}
-	if s.Load <= 0 {
+	if s.CacheLoad <= 0 {
 		return n
 	}
-	l := strconv.FormatFloat(s.Load, 'g', 3, 64) + "x"
+	l := strconv.FormatFloat(s.CacheLoad, 'g', 3, 64) + "x"
 	if s.Sessions == 0 && s.PerMin == 0 {
 		return l // not sized yet
 	}
@@ -73,8 +74,8 @@ func (s Step) fileLabel() string {
 // value is where the step sits on a plot's x axis.
 func (s Step) value() float64 {
 	switch {
-	case s.Load > 0:
-		return s.Load
+	case s.CacheLoad > 0:
+		return s.CacheLoad
 	case s.Open():
 		return s.PerMin
 	}
@@ -137,7 +138,7 @@ func parseStep(part, arrivals string) (Step, error) {
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
 			return s, fmt.Errorf("want a positive load such as 1.5x")
 		}
-		s.Load = v
+		s.CacheLoad = v
 		return s, nil
 	}
 	if !s.Open() {

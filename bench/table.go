@@ -152,7 +152,7 @@ func (r *Report) workloadPhrase() string {
 // closed-loop count, "step" otherwise (loads show their sizing).
 func (r *Report) stepHead() string {
 	for _, s := range r.Steps {
-		if s.Open() || s.Load > 0 {
+		if s.Open() || s.CacheLoad > 0 {
 			return "step"
 		}
 	}

@@ -133,7 +133,7 @@ func (cfg *VirtualConfig) check() error {
 		return fmt.Errorf("%w: no profile", ErrBadConfig)
 	}
 	for _, s := range cfg.Steps {
-		if s.Load <= 0 && !s.sized() {
+		if s.CacheLoad <= 0 && !s.sized() {
 			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
 		}
 	}

@@ -261,11 +261,11 @@ func TestParseStepsReadsCountsRatesAndLoads(t *testing.T) {
 		want           []Step
 	}{
 		{"4,8", "closed", Sessions(4, 8)},
-		{"1.5x, 2x", "", []Step{{Load: 1.5}, {Load: 2}}},
+		{"1.5x, 2x", "", []Step{{CacheLoad: 1.5}, {CacheLoad: 2}}},
 		{"3,0.5/s,30/h,2/min", "poisson", []Step{{Arrivals: "poisson", PerMin: 3}, {Arrivals: "poisson", PerMin: 30},
 			{Arrivals: "poisson", PerMin: 0.5}, {Arrivals: "poisson", PerMin: 2}}},
 		{"", "poisson:3/min", []Step{{Arrivals: "poisson", PerMin: 3}}},
-		{"1.5x", "poisson", []Step{{Arrivals: "poisson", Load: 1.5}}},
+		{"1.5x", "poisson", []Step{{Arrivals: "poisson", CacheLoad: 1.5}}},
 	}
 	for _, c := range cases {
 		got, err := ParseSteps(c.list, c.arrivals)
@@ -280,8 +280,8 @@ func TestParseStepsReadsCountsRatesAndLoads(t *testing.T) {
 		}
 	}
 	for s, want := range map[Step]string{
-		{Sessions: 24}: "24", {Load: 1.5, Sessions: 19}: "1.5x (19)", {Arrivals: "poisson", PerMin: 3.25}: "3.25/min",
-		{Arrivals: "poisson", PerMin: 10.7, Load: 1.5}: "1.5x (10.7/min)", {Load: 2}: "2x",
+		{Sessions: 24}: "24", {CacheLoad: 1.5, Sessions: 19}: "1.5x (19)", {Arrivals: "poisson", PerMin: 3.25}: "3.25/min",
+		{Arrivals: "poisson", PerMin: 10.7, CacheLoad: 1.5}: "1.5x (10.7/min)", {CacheLoad: 2}: "2x",
 	} {
 		if s.String() != want {
 			t.Errorf("%+v names itself %q, want %q", s, s.String(), want)
@@ -293,7 +293,7 @@ func TestLoadStepsHoldTheirLiveContext(t *testing.T) {
 	// A closed loop sized for 1x and 2x of the cache holds about that
 	// much live context, measured.
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
-		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: []Step{{Load: 1}, {Load: 2}},
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: []Step{{CacheLoad: 1}, {CacheLoad: 2}},
 		Duration: 3 * time.Minute, Arms: mustArms(t, "sticky"), FreshReplicas: true, Seed: 5,
 	})
 	if err != nil {

@@ -216,7 +216,7 @@ func runBench(args []string) error {
 			profile = f.profile
 		}
 		for _, s := range steps {
-			if s.Load > 0 && profile == "" {
+			if s.CacheLoad > 0 && profile == "" {
 				return fmt.Errorf("step %s is a load: give --profile, the replicas' profile, to size it: %w", s, errUsage)
 			}
 		}
