@@ -100,7 +100,8 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.generation, prometheus.CounterValue, float64(st.GenerationTokens), l...)
 		ch <- prometheus.MustNewConstMetric(c.preemption, prometheus.CounterValue, float64(st.Preemptions), l...)
 		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
-			strconv.Itoa(c.profile.BlockSize), "auto", "True", "0.9", "0",
+			strconv.Itoa(c.profile.BlockSize), "auto", "True",
+			strconv.FormatFloat(c.profile.GPUMemoryUtilization, 'g', -1, 64), "0",
 			strconv.Itoa(c.profile.NumBlocks()), c.labels[k])
 	}
 }

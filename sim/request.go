@@ -44,4 +44,5 @@ type Stats struct {
 	TTFTCount                      uint64
 	RequestsDone                   uint64
 	Preemptions                    uint64
+	AdmissionWaits                 uint64 // steps the queue's head could not be admitted (no blocks)
 }
