@@ -29,14 +29,16 @@ type engine struct {
 	scheduled []*seq // the step in flight
 
 	stats  Stats
-	onTTFT func(seconds float64) // optional histogram hook
+	onTTFT func(seconds float64) // optional histogram hooks
+	onITL  func(seconds float64)
 }
 
 // seq is a request inside the engine.
 type seq struct {
 	req         *Request
 	arrival     time.Time
-	tokens      []uint32 // prompt then generated tokens
+	lastToken   time.Time // when the last output token was sampled
+	tokens      []uint32  // prompt then generated tokens
 	promptLen   int
 	keys        []uint64 // chained key of every full block of tokens
 	blocks      []int32  // KV blocks held, covering computed (+ this step's) tokens
@@ -304,7 +306,15 @@ func (e *engine) endStep(now time.Time) {
 			if s.req.OnFirstToken != nil {
 				s.req.OnFirstToken(now)
 			}
+		} else {
+			itl := now.Sub(s.lastToken).Seconds()
+			e.stats.ITLSum += itl
+			e.stats.ITLCount++
+			if e.onITL != nil {
+				e.onITL(itl)
+			}
 		}
+		s.lastToken = now
 		tok, piece := s.nextToken()
 		s.tokens = append(s.tokens, tok)
 		s.keys = appendBlockKeys(s.keys, s.tokens, bs)

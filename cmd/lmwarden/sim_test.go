@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/sim"
 )
 
 func TestSimRejectsBadFlagsAsUsageErrors(t *testing.T) {
@@ -52,5 +56,35 @@ func TestSimRefusesToStartWhenTheCacheCannotHoldMaxModelLen(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| KV capacity | 70000 tokens") {
 		t.Fatalf("--kv-tokens ignored:\n%s", out.String())
+	}
+}
+
+// TestSimCalibrateWritesAProfileTheSimulatorRuns measures a simulated
+// replica through the command, then starts the simulator on the file.
+func TestSimCalibrateWritesAProfileTheSimulatorRuns(t *testing.T) {
+	sv, err := sim.Serve(context.Background(), sim.ServerConfig{Replicas: 1, Listen: "127.0.0.1:0", Speed: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sv.Close() })
+	file := filepath.Join(t.TempDir(), "card.yaml")
+	var out, progress strings.Builder
+	simStdout, simStderr = &out, &progress
+	t.Cleanup(func() { simStdout, simStderr = os.Stdout, os.Stderr })
+	if err := runSim([]string{"calibrate", "--replica", sv.URLs()[0], "--out", file, "--name", "card"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "[14/14] decode, batch 8") || !strings.Contains(out.String(), "KV 39088 tokens") {
+		t.Fatalf("progress %q, output %q", progress.String(), out.String())
+	}
+	out.Reset()
+	if err := runSim([]string{"--profile", file, "--print-calibration"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Profile `card`") || !strings.Contains(out.String(), "| KV capacity | 39088 tokens") {
+		t.Fatalf("%s", out.String())
+	}
+	if err := runSim([]string{"calibrate"}); !errors.Is(err, errUsage) {
+		t.Fatalf("no --replica: %v", err)
 	}
 }
