@@ -88,4 +88,3 @@ func (d *servedDatapath) collectors() []prometheus.Collector {
 	}
 	return []prometheus.Collector{d.kern.path}
 }
-
