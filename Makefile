@@ -34,12 +34,13 @@ install: build
 deps:
 	bash scripts/deps.sh
 
-# check is what keeps the house in order without running a test: go.mod
-# says what the code imports (tidy leaves no diff), the committed bpf2go
-# output is what the C builds to (where clang is installed), vet, and
+# check is what keeps the house in order without running a test: gofmt,
+# go.mod says what the code imports (tidy leaves no diff), the committed
+# bpf2go output is what the C builds to (where clang is installed), vet, and
 # staticcheck (a `go tool` dependency pinned in go.mod, so every machine
 # runs the same one).
 check:
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$unformatted" ]; then echo "gofmt -w these:" $$unformatted; exit 1; fi
 	$(GO) mod tidy -diff
 	bash bpf/check-generated.sh
 	$(GO) vet $(PKGS)

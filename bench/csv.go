@@ -20,7 +20,7 @@ func (r *Report) writeCSV(path string) error {
 	head := []string{"sessions", "arm", "policy", "seconds", "requests", "errors", "timeouts", "cut",
 		"sessions_completed", "sessions_per_hour", "output_tokens_per_min",
 		"ttft_p50_s", "ttft_p95_s", "session_ttft_p50_s", "session_ttft_p95_s",
-		"replicas_busy", "hit_rate", "client_cached_share", "ideal_hit_rate", "counter_resets",
+		"replicas_busy", "hit_rate", "client_cached_share", "queries_per_prompt_token", "ideal_hit_rate", "counter_resets",
 		"stayed", "load_imbalance", "notes"}
 	head = append(head, "step", "arrivals_per_min", "load")
 	head = append(head, taskCSVHead...)
@@ -36,7 +36,7 @@ func (r *Report) writeCSV(path string) error {
 			strconv.Itoa(x.Requests), strconv.Itoa(x.Errors), strconv.Itoa(x.Timeouts), strconv.Itoa(x.Cut),
 			strconv.Itoa(x.Completed), csvNum(x.SessionsPerHour), csvNum(x.OutputTokensPerMin),
 			csvNum(x.TTFTP50), csvNum(x.TTFTP95), csvNum(x.SessionTTFTP50), csvNum(x.SessionTTFTP95),
-			csvNum(x.ReplicasBusy), csvNum(x.HitRate), csvNum(x.ClientCachedShare), csvNum(x.IdealHitRate),
+			csvNum(x.ReplicasBusy), csvNum(x.HitRate), csvNum(x.ClientCachedShare), csvNum(x.QueriesPerPromptToken), csvNum(x.IdealHitRate),
 			strconv.Itoa(x.CounterResets), csvNum(x.Stayed), csvNum(x.Imbalance), strings.Join(x.Notes, "; ")}
 		row = append(row, x.stepCSVRow()...)
 		row = append(row, x.TaskStats.csvRow()...)

@@ -168,8 +168,14 @@ func (r *recorder) result(step Step, arm string, seconds float64, sysTokens int)
 		res.OutputTokensPerMin = Num(float64(r.outputTokens) / seconds * 60)
 	}
 	res.ClientCachedShare = Num(math.NaN())
+	res.QueriesPerPromptToken = Num(math.NaN())
 	if r.promptTokens > 0 {
 		res.ClientCachedShare = Num(float64(r.cachedTokens) / float64(r.promptTokens))
+		var q float64
+		for _, c := range r.queries {
+			q += c.Increase()
+		}
+		res.QueriesPerPromptToken = Num(q / float64(r.promptTokens))
 		res.IdealHitRate = Num(IdealHitRate(r.turns, sysTokens, r.replicas))
 	}
 	for _, c := range r.hits {

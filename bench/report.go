@@ -73,8 +73,14 @@ type Result struct {
 	// ClientCachedShare is the cached share of prompt tokens the responses'
 	// usage reported: the client's view of the same thing.
 	ClientCachedShare Num `json:"client_cached_share"`
-	IdealHitRate      Num `json:"ideal_hit_rate"` // of the turns actually sent
-	CounterResets     int `json:"counter_resets"`
+	// QueriesPerPromptToken is the replicas' prefix-cache queries (the
+	// counters' increase) over the prompt tokens of the answered requests:
+	// about 1 where vLLM counts each request once; well above 1 where it
+	// counts every look-up of a waiting request, which inflates the
+	// counters while requests wait (docs/sim.md).
+	QueriesPerPromptToken Num `json:"queries_per_prompt_token"`
+	IdealHitRate          Num `json:"ideal_hit_rate"` // of the turns actually sent
+	CounterResets         int `json:"counter_resets"`
 
 	// Stayed is the share of a session's later requests that went to the
 	// replica its previous request went to (NaN when unknowable).

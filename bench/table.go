@@ -22,6 +22,8 @@ var columns = []column{
 	{"session p95", func(r Result) string { return fmtSec(r.SessionTTFTP95) }},
 	{"busy", func(r Result) string { return fmtNum(r.ReplicasBusy, "%.1f") }},
 	{"hit rate", func(r Result) string { return fmtPct(r.HitRate) }},
+	{"resp cached", func(r Result) string { return fmtPct(r.ClientCachedShare) }},
+	{"queries/prompt", func(r Result) string { return fmtNum(r.QueriesPerPromptToken, "%.2f") }},
 	{"stayed", func(r Result) string { return fmtPct(r.Stayed) }},
 	{"load %", func(r Result) string { return fmtLoad(r.Load) }},
 	{"run+wait", func(r Result) string { return fmtQueues(r.MeanRunning, r.MeanWaiting) }},

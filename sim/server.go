@@ -43,7 +43,7 @@ type RequestRecord struct {
 	Model        string // as the request named it
 	Stream       bool
 	PromptTokens int
-	CachedTokens int    // the prefix-cache hit at first admission
+	CachedTokens int // the prefix-cache hit at first admission
 	OutputTokens int
 	StopReason   string // in the API's words: end_turn, tool_use, max_tokens, stop_sequence; stop, tool_calls, length
 	ToolCall     string // the tool a finished call named, if any
