@@ -14,8 +14,9 @@ import (
 )
 
 // Tracer receives the virtual runner's raw observations: every poll of
-// every replica and every answered request. The overload study of
-// docs/placement.md is drawn from them (`lmwarden bench --virtual --trace`).
+// every replica and every answered request. The overload study
+// (docs/notes/2026-11-30-overload-and-policy-cost.md) is drawn from them
+// (`lmwarden bench --virtual --trace`).
 type Tracer interface {
 	// Window starts a step-arm window.
 	Window(step Step, arm string, start time.Time)

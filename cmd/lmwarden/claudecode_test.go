@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 	"github.com/lmwarden/lmwarden/sim"
@@ -80,14 +81,15 @@ func TestClaudeCodeSessionStaysOnOneReplicaKernelDatapath(t *testing.T) {
 	if !mapstest.InNetNS(t) {
 		return
 	}
-	// the default pinned directory, as the restart test (alone in this namespace)
-	maps.Unload(maps.Options{})
+	// pinned under a directory of its own: bpffs is not per namespace, and
+	// the default directory belongs to a real warden (or another suite)
+	pinDir := kerneltest.PinDir(t)
 	t.Cleanup(func() {
-		if err := maps.Unload(maps.Options{}); err != nil {
+		if err := maps.Unload(maps.Options{Dir: pinDir}); err != nil {
 			t.Error(err)
 		}
 	})
-	runClaudeCodeSession(t, bin, "127.0.0.1:8000", "127.0.0.1:9100", "kernel")
+	runClaudeCodeSession(t, bin, "127.0.0.1:8000", "127.0.0.1:9100", "kernel", "--pin-dir", pinDir)
 }
 
 // cliTurn is what one `claude -p` run reported (stream-json).
@@ -99,7 +101,7 @@ type cliTurn struct {
 	numTurns    int
 }
 
-func runClaudeCodeSession(t *testing.T, bin, front, admin, datapath string) {
+func runClaudeCodeSession(t *testing.T, bin, front, admin, datapath string, serveFlags ...string) {
 	var mu sync.Mutex
 	var records []sim.RequestRecord
 	sv, err := sim.Serve(context.Background(), sim.ServerConfig{
@@ -115,7 +117,8 @@ func runClaudeCodeSession(t *testing.T, bin, front, admin, datapath string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sv.Close() })
-	w := mustServe(t, append([]string{"--listen", front, "--admin", admin, "--datapath", datapath}, replicaFlags(sv.URLs())...)...)
+	args := append([]string{"--listen", front, "--admin", admin, "--datapath", datapath}, serveFlags...)
+	w := mustServe(t, append(args, replicaFlags(sv.URLs())...)...)
 
 	work, home := t.TempDir(), t.TempDir()
 	for name, text := range map[string]string{
