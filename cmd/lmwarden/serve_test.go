@@ -31,6 +31,16 @@ var (
 	serveBinErr  error
 )
 
+// TestMain removes the binary mustServeBinary built (26 MB a run, and one
+// more for every test re-executed in a network namespace of its own).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if serveBin != "" {
+		os.RemoveAll(filepath.Dir(serveBin))
+	}
+	os.Exit(code)
+}
+
 // mustServeBinary builds the real lmwarden binary once per test run.
 func mustServeBinary(tb testing.TB) string {
 	tb.Helper()
