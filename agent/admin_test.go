@@ -133,13 +133,24 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 			t.Errorf("metric %s missing", n)
 		}
 	}
+	// The standard Go and process collectors are there too.
+	for _, n := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_cpu_seconds_total", "process_open_fds", "process_resident_memory_bytes"} {
+		if _, ok := fams[n]; !ok {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+	own := 0
 	for n := range fams {
-		if !strings.HasPrefix(n, "lmwarden_") {
+		switch {
+		case strings.HasPrefix(n, "lmwarden_"):
+			own++
+		case strings.HasPrefix(n, "go_"), strings.HasPrefix(n, "process_"):
+		default:
 			t.Errorf("unexpected metric %s", n)
 		}
 	}
-	if len(fams) != len(allDescs) {
-		t.Errorf("%d families, %d described", len(fams), len(allDescs))
+	if own != len(allDescs) {
+		t.Errorf("%d lmwarden_ families, %d described", own, len(allDescs))
 	}
 	value := func(name string, labels map[string]string) float64 {
 		for _, mt := range fams[name].GetMetric() {

@@ -12,6 +12,9 @@ import (
 // client_golang. Labels: model = model name, replica = replica index (the
 // URL is in lmwarden_replica_info), kind = placement kind.
 var (
+	descBuildInfo = prometheus.NewDesc("lmwarden_build_info",
+		"Constant 1; the labels say which build runs (lmwarden --version).",
+		[]string{"version", "revision", "goversion"}, nil)
 	descRequests = prometheus.NewDesc("lmwarden_requests_total",
 		"Requests placed, by replica and placement kind (new, sticky, spilled, client_pinned, unaffined, balanced, repinned).",
 		[]string{"model", "replica", "kind"}, nil)
@@ -99,7 +102,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{
-	descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
+	descBuildInfo, descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
 	descReplicaSessions, descReplicaActive, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
 	descUnaffined, descStayed, descStickyShare, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents, descRetries, descReplicaInfo, descHealthy, descPollFailures,
@@ -107,10 +110,15 @@ var allDescs = []*prometheus.Desc{
 }
 
 // Collector exports the models' counters to Prometheus.
-type Collector struct{ models []*Model }
+type Collector struct {
+	models []*Model
+	build  BuildInfo
+}
 
-// NewCollector returns a collector over models.
-func NewCollector(models []*Model) *Collector { return &Collector{models: models} }
+// NewCollector returns a collector over models, run by build.
+func NewCollector(models []*Model, build BuildInfo) *Collector {
+	return &Collector{models: models, build: build}
+}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -133,6 +141,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
+	gauge(descBuildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
 	for _, m := range c.models {
 		s := m.Status()
 		mn := s.Name

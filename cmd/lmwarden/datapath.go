@@ -41,10 +41,20 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 	}
 	k, err := loadKernelDatapath(pinDir, log)
 	if err != nil {
-		return user("auto: kernel datapath unavailable", "err", err), nil
+		d := user("auto: kernel datapath unavailable", "err", err)
+		d.reason += ": " + err.Error() // the dashboard and GET /api/v1/warden show why
+		return d, nil
 	}
 	log.Info("datapath: kernel", "reason", "auto: kernel datapath loaded")
 	return &servedDatapath{Datapath: k.path, reason: "auto: kernel datapath loaded", kern: k}, nil
+}
+
+// info names the datapath and why it was chosen (GET /api/v1/warden).
+func (d *servedDatapath) info() agent.DatapathInfo {
+	if d.kern == nil {
+		return agent.DatapathInfo{Name: "user", Reason: d.reason}
+	}
+	return agent.DatapathInfo{Name: "kernel", Reason: d.reason}
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).

@@ -51,14 +51,8 @@ func runDemo(args []string) error {
 	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
 	fs.StringVar(&f.out, "out", "", "report directory (default out/demo-<time>)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	steps, err := parseSteps(f.steps)
 	if err != nil {

@@ -37,14 +37,8 @@ func runSim(args []string) error {
 	replyTokens := fs.String("reply-tokens", sim.DefaultReplies.Lengths.String(), "natural length of a text reply in tokens: lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or fixed:N (max_tokens still cuts it)")
 	toolUse := fs.Float64("tool-use", sim.DefaultReplies.ToolUse, "share of replies that call one of the offered tools (0-1), when a request offers tools")
 	details := fs.Bool("enable-prompt-tokens-details", true, "report prompt-cache hits in usage (cached_tokens, cache_read_input_tokens), as vLLM does with this flag; false answers as vLLM's default")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	p, err := pf.resolve()
 	if err != nil {
