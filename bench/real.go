@@ -351,10 +351,15 @@ func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm
 			}
 		}()
 	} else {
-		for range step.Sessions {
+		for slot := range step.Sessions {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				select { // the slot's first session starts at its own offset
+				case <-wctx.Done():
+					return
+				case <-time.After(r.scaled(r.wl.StartOffset(slot))):
+				}
 				for wctx.Err() == nil {
 					s := r.wl.SessionVariant(int(next.Add(1)-1), variant)
 					if !r.playSession(wctx, s, sys, ws) {

@@ -393,8 +393,8 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 			w.v.At(begin.Add(at), func() { startSession(w.v.Now()) })
 		}
 	} else {
-		for range step.Sessions {
-			startSession(begin)
+		for slot := range step.Sessions {
+			w.v.At(begin.Add(wl.StartOffset(slot)), func() { startSession(w.v.Now()) })
 		}
 	}
 	const slice = 5 * time.Second

@@ -30,7 +30,25 @@ const (
 	sessionSeedSalt  = 0x5e55_10f0_0000_0001
 	systemPromptSalt = 0x5157_e000_0000_0002
 	sessionTextSalt  = 0x7e47_0000_0000_0003
+	startOffsetSalt  = 0x57a7_0000_0000_0004
+	toolTimeSalt     = 0x7001_0000_0000_0005
 )
+
+// StartSpread is how far apart a window's first sessions start: each slot's
+// first session begins at its own offset, uniform over this span (about
+// one turn of an 11k-token session: a cold prefill and a reply). Started
+// together, sessions of similar turns would finish their turns in the same
+// order round after round, and a round robin over the replicas would send
+// each session back to the same replica every turn: accidental stickiness
+// (aliasing) that no real client population has.
+const StartSpread = 10 * time.Second
+
+// StartOffset is when slot's first session starts after its window opens,
+// drawn from the seed and the slot (the same for every arm and policy).
+func (w *Workload) StartOffset(slot int) time.Duration {
+	r := rand.New(rand.NewPCG(w.Seed^startOffsetSalt, uint64(slot)))
+	return time.Duration(r.Int64N(int64(StartSpread)))
+}
 
 // Workload is the seeded generator of sessions. Session i depends only on
 // the seed and i, so every arm and policy of a run draws the same sessions in
@@ -53,10 +71,12 @@ func NewWorkload(seed uint64) *Workload {
 // turn) and the client's pause after each turn. The assistant replies are
 // not part of it: they are whatever the replica generated, resent as history.
 type Session struct {
-	Index  int
-	ID     string // a UUID, sent as X-Claude-Code-Session-Id
-	Users  []string
-	Pauses []time.Duration // Pauses[k] is the wait before turn k (k = 0: before the first)
+	Index int
+	ID    string // a UUID, sent as X-Claude-Code-Session-Id
+	Users []string
+	// Pauses[k] is the wait before turn k: the client's pause, and for
+	// later turns the agent's tool time (k = 0: before the first)
+	Pauses []time.Duration
 	// MaxTokens[k] is turn k's max_tokens: at most MaxOutputTokens, drawn
 	// from MinOutputTokens up. The simulator (like a model that never stops
 	// early) generates exactly that many, so the spread is what keeps
@@ -92,8 +112,18 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 		n := w.Shape.FollowUpTokens - w.Shape.FollowUpJitter + shape.IntN(2*w.Shape.FollowUpJitter+1)
 		s.Users = append(s.Users, text(txt, n))
 	}
+	tools := rand.New(rand.NewPCG(w.Seed^toolTimeSalt, uint64(i)))
 	for k := 0; k < TurnsPerSession; k++ {
-		s.Pauses = append(s.Pauses, PauseMin+time.Duration(shape.Int64N(int64(PauseMax-PauseMin))))
+		pause := PauseMin + time.Duration(shape.Int64N(int64(PauseMax-PauseMin)))
+		if k > 0 {
+			// the agent runs the tools the reply asked for: the long
+			// workload's tool time (log-uniform 0.1-20 s, median 1.4 s).
+			// Turns of one session then take differing times, so sessions
+			// overtake one another and a round robin does not keep
+			// sending each back to one replica.
+			pause += time.Duration(logUniform(tools, int(ToolPauseMin/time.Millisecond), int(ToolPauseMax/time.Millisecond))) * time.Millisecond
+		}
+		s.Pauses = append(s.Pauses, pause)
 	}
 	for k := 0; k < TurnsPerSession; k++ {
 		s.MaxTokens = append(s.MaxTokens, MinOutputTokens+shape.IntN(MaxOutputTokens-MinOutputTokens+1))
