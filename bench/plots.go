@@ -20,8 +20,13 @@ const plotW, plotH = 7 * vg.Inch, 4.5 * vg.Inch
 // task completion time p50/p95 (log scale).
 func (r *Report) writePlots(dir string) error {
 	ttft := r.newPlot("Time to first token", "seconds (log scale)")
-	ttft.Y.Scale = plot.LogScale{}
-	ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	if r.anyPositive(func(x Result) Num { return x.TTFTP50 }) {
+		ttft.Y.Scale = plot.LogScale{}
+		ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else { // a log axis without a point cannot be drawn
+		ttft.Title.Text = "Time to first token: no request answered within a window"
+		ttft.Y.Label.Text = "seconds"
+	}
 	for i, arm := range r.Arms {
 		if err := r.addLine(ttft, i, arm+" p50", arm, func(x Result) Num { return x.TTFTP50 }, nil, true); err != nil {
 			return err
@@ -59,7 +64,7 @@ func (r *Report) writePlots(dir string) error {
 	}
 
 	task := r.newPlot("Task completion time (sessions that finished in the window)", "seconds (log scale)")
-	if r.anyTask() {
+	if r.anyPositive(func(x Result) Num { return x.TaskP50 }) {
 		task.Y.Scale = plot.LogScale{}
 		task.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	} else { // a log axis without a point cannot be drawn
@@ -141,10 +146,11 @@ func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result
 	return nil
 }
 
-// anyTask says whether some window finished a session.
-func (r *Report) anyTask() bool {
+// anyPositive says whether some result has a positive value of f, which a
+// log axis needs.
+func (r *Report) anyPositive(f func(Result) Num) bool {
 	for _, x := range r.Results {
-		if v := float64(x.TaskP50); v > 0 && !math.IsNaN(v) {
+		if v := float64(f(x)); v > 0 && !math.IsNaN(v) {
 			return true
 		}
 	}

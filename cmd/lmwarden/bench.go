@@ -41,6 +41,7 @@ type benchFlags struct {
 	duration, timeout, warmup            time.Duration
 	virtual                              bool
 	profile                              string
+	overrides                            profileFlags // --virtual: vLLM settings over the profile
 	replicas                             int
 	lbStats                              string
 	seed                                 uint64
@@ -70,7 +71,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.arms, "arms", "off,on", "arms, run back to back on the same replicas: off (vLLM's balancer), on (affinity), or policy names")
 	fs.StringVar(&f.policies, "policies", "", "--virtual: compare these policies side by side, each on fresh replicas ("+policyNames()+", or all)")
 	fs.BoolVar(&f.virtual, "virtual", false, "simulate replicas and placement on a virtual clock in this process (no sockets)")
-	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", "))
+	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
+	f.overrides.registerOverrides(fs)
 	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
 	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
@@ -162,9 +164,10 @@ func runBench(args []string) error {
 				return fmt.Errorf("--%s is for real runs, not --virtual: %w", name, errUsage)
 			}
 		}
-		p, err := sim.LookupProfile(f.profile)
+		f.overrides.name = f.profile
+		p, err := f.overrides.resolve()
 		if err != nil {
-			return fmt.Errorf("--profile: %v: %w", err, errUsage)
+			return err
 		}
 		if f.pollInterval <= 0 {
 			return fmt.Errorf("--poll-interval %v: want a positive duration: %w", f.pollInterval, errUsage)
@@ -187,6 +190,11 @@ func runBench(args []string) error {
 	} else {
 		if f.target == "" {
 			return fmt.Errorf("--target is required (or --virtual): %w", errUsage)
+		}
+		for _, name := range overrideFlags {
+			if set[name] {
+				return fmt.Errorf("--%s is for --virtual runs (a real replica has its own): %w", name, errUsage)
+			}
 		}
 		if f.api != bench.APIAnthropic && f.api != bench.APIOpenAI {
 			return fmt.Errorf("--api %q: want anthropic or openai: %w", f.api, errUsage)

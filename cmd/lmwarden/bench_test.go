@@ -72,3 +72,18 @@ func TestBenchVirtualRunsLongSessionsArrivingAtARate(t *testing.T) {
 		t.Fatalf("report: workload %q, %+v", rep.Workload, rep.Results)
 	}
 }
+
+func TestBenchVirtualTakesTheProfileOverridesAndRealRunsRefuseThem(t *testing.T) {
+	err := runBench([]string{"--virtual", "--steps", "4", "--duration", "10s", "--max-model-len", "262144"})
+	if err == nil || !strings.Contains(err.Error(), "estimated maximum model length is 39072") {
+		t.Fatalf("got %v, want vLLM's start-up refusal", err)
+	}
+	out := t.TempDir()
+	if err := runBench([]string{"--virtual", "--steps", "4", "--duration", "10s", "--kv-tokens", "20000", "--max-model-len", "16384", "--policies", "sticky", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	err = runBench([]string{"--target", "http://127.0.0.1:1", "--kv-tokens", "20000"})
+	if err == nil || !strings.Contains(err.Error(), "--kv-tokens is for --virtual runs") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -30,6 +30,7 @@ func init() {
 type demoFlags struct {
 	replicas int
 	profile  string
+	over     profileFlags // vLLM settings over the profile
 	speed    float64
 	steps    string
 	duration time.Duration
@@ -43,7 +44,8 @@ func runDemo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var f demoFlags
 	fs.IntVar(&f.replicas, "replicas", 4, "simulated replicas")
-	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "replica profile")
+	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "replica profile, or a profile file (YAML)")
+	f.over.registerOverrides(fs)
 	fs.Float64Var(&f.speed, "speed", 20, "replicas run this many times faster than the modelled hardware")
 	fs.StringVar(&f.steps, "steps", "4,8,16", "concurrent sessions per step")
 	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "simulated length of each step and arm (wall time is this / --speed)")
@@ -58,9 +60,10 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	p, err := sim.LookupProfile(f.profile)
+	f.over.name = f.profile
+	p, err := f.over.resolve()
 	if err != nil {
-		return fmt.Errorf("--profile: %v: %w", err, errUsage)
+		return err
 	}
 	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {

@@ -23,6 +23,16 @@ type profileFlags struct {
 
 func (f *profileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.name, "profile", "a4000-qwen3-4b", "replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
+	f.registerOverrides(fs)
+}
+
+// overrideFlags are the flags registerOverrides adds, for a command that
+// must refuse them where they do not apply.
+var overrideFlags = []string{"kv-tokens", "max-model-len", "gpu-memory-utilization", "scheduler-reserve-full-isl", "prefix-stats"}
+
+// registerOverrides adds the vLLM settings that override a profile, for a
+// command that registers --profile itself.
+func (f *profileFlags) registerOverrides(fs *flag.FlagSet) {
 	fs.IntVar(&f.kvTokens, "kv-tokens", 0, "KV cache size in tokens, instead of the profile's memory arithmetic (vLLM's num_gpu_blocks_override x block size)")
 	fs.IntVar(&f.maxModelLen, "max-model-len", 0, "vLLM's --max-model-len (default: the profile's)")
 	fs.Float64Var(&f.gpuUtil, "gpu-memory-utilization", 0, "vLLM's --gpu-memory-utilization (default: the profile's)")
