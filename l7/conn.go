@@ -19,6 +19,10 @@ type Conn struct {
 	buf     []byte // backing store that Pending usually points into
 	release func() // runs once, after the socket closes (see DialFunc)
 	closed  sync.Once
+	// stampRead asks the next read that brings bytes to note its time in
+	// readAt (the first body byte after a response head; see forward.go).
+	stampRead bool
+	readAt    time.Time
 }
 
 // NewConn wraps a TCP connection with an empty pending buffer.
@@ -67,6 +71,9 @@ func (c *Conn) fill() error {
 	n, err := c.TCPConn.Read(c.buf[len(c.Pending):])
 	c.Pending = c.buf[:len(c.Pending)+n]
 	if n > 0 {
+		if c.stampRead {
+			c.stampRead, c.readAt = false, time.Now()
+		}
 		return nil
 	}
 	if err == nil {

@@ -27,6 +27,9 @@ type Exchange struct {
 	// parked: how long admission kept the request waiting at the warden
 	// (0: not at all); the client's response head says it (ParkedHeader).
 	parked time.Duration
+	// headAt: when the response head was read (time to first byte, when
+	// no body byte is seen later).
+	headAt time.Time
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The
