@@ -852,74 +852,11 @@ func waitReaders(c *net.TCPConn) {
 var errPipelinedLost = errors.New("l7: kernel datapath: client bytes arrived while leaving the SOCKHASH")
 
 // relayChunked forwards a chunked request body, which the kernel does not
-// carry, from src to dst as copyChunked does, but with plain reads and
-// writes: a socket in a sockmap must not be spliced (splice reads the TCP
-// queue, which the verdict empties). Bytes past the body stay in
-// src.Pending.
+// carry, with plain reads and writes: a socket in a sockmap must not be
+// spliced (splice reads the TCP queue, which the verdict empties). Bytes
+// past the body stay in src.Pending.
 func relayChunked(dst, src *Conn, idle time.Duration) (int64, error) {
-	var total int64
-	for {
-		_ = src.SetReadDeadline(time.Now().Add(idle))
-		line, err := src.readLine()
-		if err != nil {
-			return total, err
-		}
-		size, err := parseChunkSize(line)
-		if err != nil {
-			return total, err
-		}
-		out := append([]byte(nil), line...)
-		if size == 0 {
-			for {
-				t, err := src.readLine()
-				if err != nil {
-					return total, err
-				}
-				if err := checkTrailerLine(t); err != nil {
-					return total, err
-				}
-				out = append(out, t...)
-				if len(t) > maxLine || len(out) > MaxHeadBytes {
-					return total, errBadChunk
-				}
-				if string(t) == "\r\n" {
-					break
-				}
-			}
-			n, err := dst.writeAll(idle, out)
-			return total + n, err
-		}
-		for need := size + 2; need > 0; {
-			if len(src.Pending) == 0 {
-				if err := src.fill(); err != nil {
-					if errors.Is(err, io.EOF) {
-						err = io.ErrUnexpectedEOF
-					}
-					return total, err
-				}
-			}
-			k := min(int64(len(src.Pending)), need)
-			out = append(out, src.Pending[:k]...)
-			src.Pending = src.Pending[k:]
-			need -= k
-			if len(out) >= 64<<10 && need > 2 {
-				n, err := dst.writeAll(idle, out)
-				total += n
-				if err != nil {
-					return total, err
-				}
-				out = out[:0]
-			}
-		}
-		if len(out) < 2 || out[len(out)-2] != '\r' || out[len(out)-1] != '\n' {
-			return total, errBadChunk
-		}
-		n, err := dst.writeAll(idle, out)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
+	return relayChunkedBody(dst, src, idle, false, false)
 }
 
 var _ Datapath = (*KernelPath)(nil)
