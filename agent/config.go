@@ -44,7 +44,7 @@ type Config struct {
 	Listen string
 	// Admin is the admin HTTP address (API, /metrics, dashboard); "" disables it.
 	Admin string
-	// Datapath is auto, kernel or user.
+	// Datapath is auto, kernel (msg, else skb), msg, skb or user.
 	Datapath string
 	// PollInterval is how often every replica's /metrics (and /health) is read.
 	PollInterval time.Duration
@@ -335,9 +335,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch c.Datapath {
-	case "auto", "kernel", "user":
+	case "auto", "kernel", "msg", "skb", "user":
 	default:
-		return bad("datapath", "%q: want auto, kernel or user", c.Datapath)
+		return bad("datapath", "%q: want auto, kernel, msg, skb or user", c.Datapath)
 	}
 	if c.PollInterval <= 0 {
 		return bad("poll_interval", "must be positive, got %v", c.PollInterval)

@@ -7,20 +7,20 @@ type ChunkPhase uint32
 // (bpf/frame.h) has one state for each and moves between them on exactly
 // the same bytes.
 const (
-	ChunkSize      ChunkPhase = iota // hex digits of a chunk size
-	ChunkSizeBWS                     // blanks after the size: only an extension may follow
-	ChunkExt                         // a chunk extension, up to CR
-	ChunkSizeLF                      // the LF of a size line
-	ChunkData                        // chunk data: Remaining bytes
-	ChunkDataCR                      // the CR after chunk data
-	ChunkDataLF                      // the LF after chunk data
-	ChunkTrailer                     // the start of a trailer line, or of the final CRLF
-	ChunkTrailerName                 // a trailer field name, up to its colon
-	ChunkTrailerValue                // a trailer field value, up to CR
-	ChunkTrailerLF                   // the LF of a trailer line
-	ChunkFinalLF                     // the LF of the final empty line
-	ChunkDone                        // the body has ended
-	ChunkError                       // the framing is malformed
+	ChunkSize         ChunkPhase = iota // hex digits of a chunk size
+	ChunkSizeBWS                        // blanks after the size: only an extension may follow
+	ChunkExt                            // a chunk extension, up to CR
+	ChunkSizeLF                         // the LF of a size line
+	ChunkData                           // chunk data: Remaining bytes
+	ChunkDataCR                         // the CR after chunk data
+	ChunkDataLF                         // the LF after chunk data
+	ChunkTrailer                        // the start of a trailer line, or of the final CRLF
+	ChunkTrailerName                    // a trailer field name, up to its colon
+	ChunkTrailerValue                   // a trailer field value, up to CR
+	ChunkTrailerLF                      // the LF of a trailer line
+	ChunkFinalLF                        // the LF of the final empty line
+	ChunkDone                           // the body has ended
+	ChunkError                          // the framing is malformed
 )
 
 // Bounds on a chunked body's framing. A line (a size line with its

@@ -114,20 +114,20 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 // HTTP/1.0 client, whose response is then delimited by the close). It
 // returns the bytes written to dst.
 func copyChunked(dst, src *Conn, x *Exchange, dechunk bool) (int64, error) {
-	return relayChunkedBody(dst, src, x.Idle, dechunk, true)
+	return RelayChunked(dst, src, x.Idle, dechunk, true)
 }
 
 // spliceChunk is the chunk data left, with nothing of it read yet, from
-// which relayChunkedBody moves it with splice(2) instead of reading it.
+// which RelayChunked moves it with splice(2) instead of reading it.
 const spliceChunk = 16 << 10
 
-// relayChunkedBody moves a chunked body from src to dst, framed by the one
+// RelayChunked moves a chunked body from src to dst, framed by the one
 // chunked parser (ChunkedBody): what each read brings goes out in one
 // write (an SSE event is one read and one write). With splice, large chunk
 // data is spliced; a socket in a sockmap cannot be (its bytes are not on
-// the TCP queue), so the kernel datapath passes false. Bytes past the body
-// stay in src.Pending.
-func relayChunkedBody(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int64, error) {
+// the TCP queue), so the sk_skb datapath passes false. With dechunk, only
+// the chunk data is written. Bytes past the body stay in src.Pending.
+func RelayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int64, error) {
 	var p ChunkedBody
 	var total int64
 	var pieces [][]byte
@@ -143,7 +143,7 @@ func relayChunkedBody(dst, src *Conn, idle time.Duration, dechunk, splice bool) 
 				continue
 			}
 			_ = src.SetReadDeadline(time.Now().Add(idle))
-			if err := src.fill(); err != nil {
+			if err := src.Fill(); err != nil {
 				if errors.Is(err, io.EOF) {
 					err = io.ErrUnexpectedEOF
 				}
@@ -167,7 +167,7 @@ func relayChunkedBody(dst, src *Conn, idle time.Duration, dechunk, splice bool) 
 			pieces = append(pieces, buf[:i])
 		}
 		src.Pending = buf[i:]
-		n, err := dst.writeAll(idle, pieces...)
+		n, err := dst.WriteAll(idle, pieces...)
 		total += n
 		if err != nil {
 			return total, err
