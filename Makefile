@@ -1,27 +1,46 @@
 # LM Warden. A newcomer runs two commands: `make demo` and `make test`.
 GO      ?= go
-BIN     := bin/lmwarden
+BIN     ?= bin/lmwarden
+# What `lmwarden --version` and lmwarden_build_info say: the release tag
+# (git describe), and the commit with -dirty for a modified tree.
+VERSION  ?= $(shell git describe --tags --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git describe --always --dirty --abbrev=12 --match=no-tag-matches 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PKGS    := ./...
 # The whole suite, BPF tests included, must fit CI's 90 minutes with room.
 TESTTIMEOUT ?= 30m
 
-.PHONY: all build test check generate bench demo deps clean
+.PHONY: all build install test check generate bench demo deps clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/lmwarden
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/lmwarden
+
+# install puts the binary, the systemd unit, the sample config (only when
+# none is there yet) and the docs in place; DESTDIR stages it elsewhere
+# (docs/deploy.md). The unit's paths follow PREFIX.
+PREFIX  ?= /usr/local
+DOCDIR  := $(PREFIX)/share/doc/lmwarden
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lmwarden
+	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)$(DOCDIR)
+	sed 's|/usr/local/|$(PREFIX)/|g' scripts/lmwarden.service > $(DESTDIR)/etc/systemd/system/lmwarden.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/lmwarden.service
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	test -e $(DESTDIR)/etc/lmwarden/lmwarden.yaml || install -D -m 0644 scripts/lmwarden.yaml $(DESTDIR)/etc/lmwarden/lmwarden.yaml
 
 # deps installs only what is missing (Debian packages, npm clients, bpffs).
 deps:
 	bash scripts/deps.sh
 
-# check is what keeps the house in order without running a test: go.mod
-# says what the code imports (tidy leaves no diff), the committed bpf2go
-# output is what the C builds to (where clang is installed), vet, and
+# check is what keeps the house in order without running a test: gofmt,
+# go.mod says what the code imports (tidy leaves no diff), the committed
+# bpf2go output is what the C builds to (where clang is installed), vet, and
 # staticcheck (a `go tool` dependency pinned in go.mod, so every machine
 # runs the same one).
 check:
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$unformatted" ]; then echo "gofmt -w these:" $$unformatted; exit 1; fi
 	$(GO) mod tidy -diff
 	bash bpf/check-generated.sh
 	$(GO) vet $(PKGS)

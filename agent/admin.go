@@ -21,6 +21,8 @@ import (
 //	PUT /api/v1/models/{name}/policy      {"policy": "cost"}
 //	GET /api/v1/sessions?model=&limit=    live sessions, hashes only, newest first
 //	GET /api/v1/stats?window=1h           token time series (dashboard)
+//	GET /api/v1/warden                    build, start, datapath, readiness (health.go)
+//	GET /healthz, GET /readyz             liveness and readiness (health.go)
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
 //	GET /                                 the dashboard (dashboard.go, web/)
 
@@ -53,6 +55,9 @@ func (w *Warden) routes() {
 	w.mux.HandleFunc("PUT /api/v1/models/{name}/policy", w.handlePolicy) // admin_policy.go
 	w.mux.HandleFunc("GET /api/v1/sessions", w.handleSessions)
 	w.mux.Handle("GET /api/v1/stats", StatsHandler(w.series))
+	w.mux.HandleFunc("GET /api/v1/warden", w.handleInfo) // health.go
+	w.mux.HandleFunc("GET /healthz", w.handleHealthz)
+	w.mux.HandleFunc("GET /readyz", w.handleReadyz)
 	w.mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
 	w.mux.Handle("GET /", DashboardHandler()) // dashboard.go: the embedded web/ files
 }

@@ -121,25 +121,37 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	want := []string{
 		"lmwarden_requests_total", "lmwarden_requests_vllm_decided_total", "lmwarden_in_flight", "lmwarden_replica_in_flight",
 		"lmwarden_sessions_live", "lmwarden_replica_sessions", "lmwarden_sessions_expired_total",
-		"lmwarden_spills_total", "lmwarden_client_pinned_total", "lmwarden_invalid_pins_total",
-		"lmwarden_unaffined_total", "lmwarden_session_requests_total", "lmwarden_sticky_share",
+		"lmwarden_invalid_pins_total",
+		"lmwarden_unaffined_total", "lmwarden_session_requests_total", "lmwarden_sticky_ratio",
 		"lmwarden_affinity", "lmwarden_spill_threshold", "lmwarden_placement_errors_total",
 		"lmwarden_retries_total", "lmwarden_replica_info", "lmwarden_replica_healthy",
 		"lmwarden_replica_poll_failures_total", "lmwarden_replica_running", "lmwarden_replica_waiting",
-		"lmwarden_replica_kv_usage", "lmwarden_replica_prefix_hit_rate", "lmwarden_replica_load",
+		"lmwarden_replica_kv_usage_ratio", "lmwarden_replica_prefix_hit_ratio", "lmwarden_replica_load",
+		"lmwarden_time_to_first_byte_seconds", "lmwarden_request_duration_seconds", "lmwarden_admission_wait_seconds",
 	}
 	for _, n := range want {
 		if _, ok := fams[n]; !ok {
 			t.Errorf("metric %s missing", n)
 		}
 	}
+	// The standard Go and process collectors are there too.
+	for _, n := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_cpu_seconds_total", "process_open_fds", "process_resident_memory_bytes"} {
+		if _, ok := fams[n]; !ok {
+			t.Errorf("metric %s missing", n)
+		}
+	}
+	own := 0
 	for n := range fams {
-		if !strings.HasPrefix(n, "lmwarden_") {
+		switch {
+		case strings.HasPrefix(n, "lmwarden_"):
+			own++
+		case strings.HasPrefix(n, "go_"), strings.HasPrefix(n, "process_"):
+		default:
 			t.Errorf("unexpected metric %s", n)
 		}
 	}
-	if len(fams) != len(allDescs) {
-		t.Errorf("%d families, %d described", len(fams), len(allDescs))
+	if own != len(allDescs) {
+		t.Errorf("%d lmwarden_ families, %d described", own, len(allDescs))
 	}
 	value := func(name string, labels map[string]string) float64 {
 		for _, mt := range fams[name].GetMetric() {
@@ -159,6 +171,45 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	}
 	if v := value("lmwarden_in_flight", map[string]string{"model": "qwen"}); v != 2 {
 		t.Errorf("in flight %v", v)
+	}
+}
+
+// Every family is there before the first request, with a series for each
+// configured replica where it has a replica label, so that rate(),
+// absent() and alerts see a zero instead of nothing.
+func TestEveryFamilyIsPresentBeforeAnyRequest(t *testing.T) {
+	s := mustSim(t, sim.ServerConfig{Replicas: 3})
+	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
+	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	fams, err := ParseMetrics(resp.Body, resp.Header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range allDescs {
+		name := descName(d)
+		f, ok := fams[name]
+		if !ok {
+			t.Errorf("%s missing before any request", name)
+			continue
+		}
+		if !strings.Contains(d.String(), ",replica") {
+			continue
+		}
+		replicas := map[string]bool{}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "replica" {
+					replicas[l.GetValue()] = true
+				}
+			}
+		}
+		if len(replicas) != 3 {
+			t.Errorf("%s: series for replicas %v, want 0, 1, 2", name, replicas)
+		}
 	}
 }
 

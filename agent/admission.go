@@ -30,15 +30,15 @@ const (
 
 // AdmissionConfig tunes admission.
 type AdmissionConfig struct {
-	Mode AdmissionMode
+	Mode AdmissionMode `yaml:"mode"`
 	// QueueMax bounds the requests waiting at the warden (queue mode).
-	QueueMax int
+	QueueMax int `yaml:"queue_max"`
 	// Timeout is the longest a request waits at the warden; after it, it is
 	// placed where it costs least.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 	// Fill is the share of a replica's KV capacity live sessions may hold
 	// (1: all of it).
-	Fill float64
+	Fill float64 `yaml:"fill"`
 }
 
 // DefaultAdmission is what policy cost runs with unless told otherwise.

@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -13,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
@@ -41,46 +39,59 @@ var DefaultSessionHeaders = []string{"X-Claude-Code-Session-Id", "X-Session-Id"}
 type Config struct {
 	// Listen is the frontend of models that name none (and what --listen
 	// overrides when there is one model).
-	Listen string
+	Listen string `yaml:"listen"`
 	// Admin is the admin HTTP address (API, /metrics, dashboard); "" disables it.
-	Admin string
+	Admin string `yaml:"admin"`
 	// Datapath is auto, kernel (msg, else skb), msg, skb or user.
-	Datapath string
+	Datapath string `yaml:"datapath"`
 	// PollInterval is how often every replica's /metrics (and /health) is read.
-	PollInterval time.Duration
+	PollInterval time.Duration `yaml:"poll_interval"`
 	// PollTimeout bounds one scrape.
-	PollTimeout time.Duration
+	PollTimeout time.Duration `yaml:"poll_timeout"`
 	// UnhealthyAfter failed polls in a row make a replica unhealthy; one good
 	// poll makes it healthy again.
-	UnhealthyAfter int
+	UnhealthyAfter int `yaml:"unhealthy_after"`
 	// HitRateWindow is the window of the prefix-cache hit rate.
-	HitRateWindow time.Duration
+	HitRateWindow time.Duration `yaml:"hit_rate_window"`
 	// HashKey is the 16-byte key of the session-id hash. nil: random per
 	// process (session hashes then change across restarts).
-	HashKey []byte
-	Models  []ModelConfig
+	HashKey HashKey       `yaml:"hash_key"`
+	Models  []ModelConfig `yaml:"models"`
+}
+
+// HashKey is the session-hash key; in the file, 32 hex digits.
+type HashKey []byte
+
+// UnmarshalYAML reads 32 hex digits.
+func (k *HashKey) UnmarshalYAML(n *yaml.Node) error {
+	b, err := hex.DecodeString(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil || len(b) != 16 {
+		return errors.New("want 32 hex digits (16 bytes)")
+	}
+	*k = b
+	return nil
 }
 
 // ModelConfig is one served model: its frontend, its replicas in one of the
 // two deployment shapes, and its placement settings.
 type ModelConfig struct {
-	Name     string
-	Frontend string
+	Name     string `yaml:"name"`
+	Frontend string `yaml:"frontend"`
 	// Shape 1: one URL per replica.
-	Replicas []string
+	Replicas []string `yaml:"replicas"`
 	// Shape 2: one URL and a rank count; the shim writes X-data-parallel-rank.
-	Endpoint string
-	Ranks    int
+	Endpoint string `yaml:"endpoint"`
+	Ranks    int    `yaml:"ranks"`
 
-	Affinity       bool
-	SpillThreshold SpillThreshold
-	SessionHeaders []string
-	SessionTTL     time.Duration
-	Policy         Policy
+	Affinity       bool           `yaml:"affinity"`
+	SpillThreshold SpillThreshold `yaml:"spill_threshold"`
+	SessionHeaders []string       `yaml:"session_headers"`
+	SessionTTL     time.Duration  `yaml:"session_ttl"`
+	Policy         Policy         `yaml:"policy"`
 	// VLLMLBStats is the stats mode of the vllm-lb emulation: fresh, stale, none.
-	VLLMLBStats string
+	VLLMLBStats string `yaml:"vllm_lb_stats"`
 	// Admission is policy cost's cache-capacity admission (agent/admission.go).
-	Admission AdmissionConfig
+	Admission AdmissionConfig `yaml:"admission"`
 }
 
 // OneEndpoint reports whether the model uses deployment shape 2.
@@ -111,7 +122,7 @@ func (s SpillThreshold) String() string {
 // UnmarshalYAML accepts an integer or the word auto.
 func (s *SpillThreshold) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a number or auto", n.Line)
+		return errors.New("want a number or auto, got a " + map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[n.Kind])
 	}
 	if n.Value == "auto" {
 		*s = SpillThreshold{Auto: true}
@@ -119,47 +130,10 @@ func (s *SpillThreshold) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := strconv.Atoi(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: want a number or auto, got %q", n.Line, n.Value)
+		return fmt.Errorf("want a number or auto, got %q", n.Value)
 	}
 	*s = SpillThreshold{N: v}
 	return nil
-}
-
-// The file format: pointers tell "absent" (default applies) from zero.
-type rawConfig struct {
-	Listen         string        `yaml:"listen"`
-	Admin          *string       `yaml:"admin"`
-	Datapath       string        `yaml:"datapath"`
-	PollInterval   time.Duration `yaml:"poll_interval"`
-	PollTimeout    time.Duration `yaml:"poll_timeout"`
-	UnhealthyAfter int           `yaml:"unhealthy_after"`
-	HitRateWindow  time.Duration `yaml:"hit_rate_window"`
-	HashKey        string        `yaml:"hash_key"`
-	Models         []rawModel    `yaml:"models"`
-}
-
-type rawModel struct {
-	Name           string          `yaml:"name"`
-	Frontend       string          `yaml:"frontend"`
-	Replicas       []string        `yaml:"replicas"`
-	Endpoint       string          `yaml:"endpoint"`
-	Ranks          int             `yaml:"ranks"`
-	Affinity       *bool           `yaml:"affinity"`
-	SpillThreshold *SpillThreshold `yaml:"spill_threshold"`
-	SessionHeaders []string        `yaml:"session_headers"`
-	SessionTTL     time.Duration   `yaml:"session_ttl"`
-	Policy         string          `yaml:"policy"`
-	VLLMLBStats    string          `yaml:"vllm_lb_stats"`
-	Admission      *rawAdmission   `yaml:"admission"`
-}
-
-// rawAdmission is a model's `admission:` block; absent fields keep their
-// defaults (DefaultAdmission).
-type rawAdmission struct {
-	Mode     string        `yaml:"mode"`
-	QueueMax int           `yaml:"queue_max"`
-	Timeout  time.Duration `yaml:"timeout"`
-	Fill     float64       `yaml:"fill"`
 }
 
 // DefaultConfig is the configuration of `lmwarden serve` without a file: one
@@ -172,8 +146,16 @@ func DefaultConfig() *Config {
 }
 
 func defaultModel(name string) ModelConfig {
-	return ModelConfig{
-		Name:           name,
+	var mc ModelConfig
+	mc.setDefaults()
+	mc.Name = name
+	return mc
+}
+
+// setDefaults sets every field that has a default: the one place a
+// model's defaults are written (a model in the file starts from them).
+func (mc *ModelConfig) setDefaults() {
+	*mc = ModelConfig{
 		Affinity:       true,
 		SpillThreshold: SpillThreshold{N: DefaultSpillThreshold},
 		SessionHeaders: append([]string(nil), DefaultSessionHeaders...),
@@ -205,93 +187,47 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// LoadConfig reads, decodes (unknown fields are errors) and validates a file.
+// LoadConfig reads, decodes and validates a file. Its error is a
+// *ConfigError listing every problem in the file, each with its field and
+// line.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	c, err := ParseConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		ce.File = path
 	}
-	return c, nil
+	return c, err
 }
 
-// ParseConfig decodes and validates YAML text.
+// ParseConfig decodes and validates YAML text: fields the text leaves out
+// keep their defaults, unknown fields are errors, and the error (a
+// *ConfigError) lists every problem, not only the first.
 func ParseConfig(data []byte) (*Config, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var raw rawConfig
-	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	c := &Config{
-		Listen:         raw.Listen,
-		Datapath:       raw.Datapath,
-		PollInterval:   raw.PollInterval,
-		PollTimeout:    raw.PollTimeout,
-		UnhealthyAfter: raw.UnhealthyAfter,
-		HitRateWindow:  raw.HitRateWindow,
-	}
-	if raw.Admin != nil {
-		c.Admin = *raw.Admin
-		if c.Admin == "" {
-			c.Admin = "off" // explicit empty: no admin server
-		}
-	}
+	c := &Config{}
 	c.applyDefaults()
+	p, syntax := decodeYAML(data, c)
+	if syntax {
+		return nil, p.err("")
+	}
 	if c.Admin == "off" {
-		c.Admin = ""
+		c.Admin = "" // `admin: off` or `admin: ""`: no admin server
 	}
-	if raw.HashKey != "" {
-		k, err := hex.DecodeString(raw.HashKey)
-		if err != nil || len(k) != 16 {
-			return nil, fmt.Errorf("%w: hash_key: want 32 hex digits (16 bytes)", ErrInvalidConfig)
+	decoded := len(p.list)
+	c.validate(p)
+	// a field that failed to decode kept its default: what validation says
+	// about it (or about what depends on it) would only confuse
+	kept := p.list[:decoded]
+	for _, f := range p.list[decoded:] {
+		if !(&problems{list: p.list[:decoded]}).has(f.Path) {
+			kept = append(kept, f)
 		}
-		c.HashKey = k
 	}
-	for _, rm := range raw.Models {
-		mc := defaultModel(rm.Name)
-		mc.Frontend = rm.Frontend
-		mc.Replicas = rm.Replicas
-		mc.Endpoint = rm.Endpoint
-		mc.Ranks = rm.Ranks
-		if rm.Affinity != nil {
-			mc.Affinity = *rm.Affinity
-		}
-		if rm.SpillThreshold != nil {
-			mc.SpillThreshold = *rm.SpillThreshold
-		}
-		if rm.SessionHeaders != nil {
-			mc.SessionHeaders = rm.SessionHeaders
-		}
-		if rm.SessionTTL != 0 {
-			mc.SessionTTL = rm.SessionTTL
-		}
-		if rm.Policy != "" {
-			mc.Policy = Policy(rm.Policy)
-		}
-		if rm.VLLMLBStats != "" {
-			mc.VLLMLBStats = rm.VLLMLBStats
-		}
-		if a := rm.Admission; a != nil {
-			if a.Mode != "" {
-				mc.Admission.Mode = AdmissionMode(a.Mode)
-			}
-			if a.QueueMax != 0 {
-				mc.Admission.QueueMax = a.QueueMax
-			}
-			if a.Timeout != 0 {
-				mc.Admission.Timeout = a.Timeout
-			}
-			if a.Fill != 0 {
-				mc.Admission.Fill = a.Fill
-			}
-		}
-		c.Models = append(c.Models, mc)
-	}
-	if err := c.Validate(); err != nil {
+	p.list = kept
+	if err := p.err(""); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -323,44 +259,49 @@ func (c *Config) ApplyFlags(listen, admin, datapath string, replicas []string) e
 	return c.Validate()
 }
 
-// Validate checks every field and names the first bad one, e.g.
-// `models[1].replicas[0]: ...`. Models without a frontend take Listen.
+// Validate checks every field and returns a *ConfigError naming each bad
+// one, e.g. `models[1].replicas[0]: ...`. Models without a frontend take
+// Listen.
 func (c *Config) Validate() error {
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, a...))
-	}
+	var p problems
+	c.validate(&p)
+	return p.err("")
+}
+
+func (c *Config) validate(p *problems) {
+	bad := p.add
 	if c.Admin != "" {
 		if err := checkHostPort(c.Admin); err != nil {
-			return bad("admin", "%v", err)
+			bad("admin", "%v", err)
 		}
 	}
 	switch c.Datapath {
 	case "auto", "kernel", "msg", "skb", "user":
 	default:
-		return bad("datapath", "%q: want auto, kernel, msg, skb or user", c.Datapath)
+		bad("datapath", "%q: want auto, kernel, msg, skb or user", c.Datapath)
 	}
 	if c.PollInterval <= 0 {
-		return bad("poll_interval", "must be positive, got %v", c.PollInterval)
+		bad("poll_interval", "must be positive, got %v", c.PollInterval)
 	}
 	if c.PollTimeout <= 0 {
-		return bad("poll_timeout", "must be positive, got %v", c.PollTimeout)
+		bad("poll_timeout", "must be positive, got %v", c.PollTimeout)
 	}
 	if c.UnhealthyAfter < 1 {
-		return bad("unhealthy_after", "must be at least 1, got %d", c.UnhealthyAfter)
+		bad("unhealthy_after", "must be at least 1, got %d", c.UnhealthyAfter)
 	}
 	if c.HitRateWindow < c.PollInterval {
-		return bad("hit_rate_window", "%v is shorter than poll_interval %v", c.HitRateWindow, c.PollInterval)
+		bad("hit_rate_window", "%v is shorter than poll_interval %v", c.HitRateWindow, c.PollInterval)
 	}
 	if c.HashKey != nil && len(c.HashKey) != 16 {
-		return bad("hash_key", "want 16 bytes, got %d", len(c.HashKey))
+		bad("hash_key", "want 16 bytes, got %d", len(c.HashKey))
 	}
 	if c.Listen != "" {
 		if err := checkHostPort(c.Listen); err != nil {
-			return bad("listen", "%v", err)
+			bad("listen", "%v", err)
 		}
 	}
 	if len(c.Models) == 0 {
-		return bad("models", "at least one model is required")
+		bad("models", "at least one model is required")
 	}
 	names := map[string]int{}
 	frontends := map[string]int{}
@@ -369,98 +310,100 @@ func (c *Config) Validate() error {
 		if mc.Frontend == "" {
 			mc.Frontend = c.Listen
 		}
-		if err := mc.validate(fmt.Sprintf("models[%d]", i)); err != nil {
-			return err
-		}
-		if j, dup := names[mc.Name]; dup {
-			return bad(fmt.Sprintf("models[%d].name", i), "%q already used by models[%d]", mc.Name, j)
+		at := fmt.Sprintf("models[%d]", i)
+		mc.check(at, p)
+		if j, dup := names[mc.Name]; dup && mc.Name != "" {
+			bad(at+".name", "%q already used by models[%d]", mc.Name, j)
 		}
 		names[mc.Name] = i
-		if j, dup := frontends[mc.Frontend]; dup {
-			return bad(fmt.Sprintf("models[%d].frontend", i), "%q already used by models[%d]", mc.Frontend, j)
+		if j, dup := frontends[mc.Frontend]; dup && mc.Frontend != "" {
+			bad(at+".frontend", "%q already used by models[%d]", mc.Frontend, j)
 		}
 		frontends[mc.Frontend] = i
 	}
-	return nil
 }
 
+// validate checks one model on its own (NewModel); at names it in errors.
 func (mc *ModelConfig) validate(at string) error {
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s.%s: %s", ErrInvalidConfig, at, field, fmt.Sprintf(format, a...))
-	}
+	var p problems
+	mc.check(at, &p)
+	return p.err("")
+}
+
+// check adds a problem for each bad field of the model.
+func (mc *ModelConfig) check(at string, p *problems) {
+	bad := func(field, format string, a ...any) { p.add(at+"."+field, format, a...) }
 	if mc.Name == "" {
-		return bad("name", "required")
+		bad("name", "required")
 	}
 	if strings.ContainsAny(mc.Name, "/ \t\n") {
-		return bad("name", "%q: no slashes or spaces", mc.Name)
+		bad("name", "%q: no slashes or spaces", mc.Name)
 	}
 	if mc.Frontend == "" {
-		return bad("frontend", "required (or set listen)")
-	}
-	if err := checkHostPort(mc.Frontend); err != nil {
-		return bad("frontend", "%v", err)
+		bad("frontend", "required (or set listen)")
+	} else if err := checkHostPort(mc.Frontend); err != nil {
+		bad("frontend", "%v", err)
 	}
 	switch {
 	case mc.Endpoint != "" && len(mc.Replicas) > 0:
-		return bad("endpoint", "set either replicas or endpoint+ranks, not both")
+		bad("endpoint", "set either replicas or endpoint+ranks, not both")
 	case mc.Endpoint != "":
 		if err := checkReplicaURL(mc.Endpoint); err != nil {
-			return bad("endpoint", "%v", err)
+			bad("endpoint", "%v", err)
 		}
 		if mc.Ranks < 1 {
-			return bad("ranks", "must be at least 1 with endpoint, got %d", mc.Ranks)
+			bad("ranks", "must be at least 1 with endpoint, got %d", mc.Ranks)
 		}
 	case len(mc.Replicas) == 0:
-		return bad("replicas", "at least one replica (or endpoint and ranks) is required")
+		bad("replicas", "at least one replica (or endpoint and ranks) is required")
 	default:
 		if mc.Ranks != 0 {
-			return bad("ranks", "only with endpoint")
+			bad("ranks", "only with endpoint")
 		}
 		seen := map[string]int{}
 		for j, u := range mc.Replicas {
 			if err := checkReplicaURL(u); err != nil {
-				return bad(fmt.Sprintf("replicas[%d]", j), "%v", err)
+				bad(fmt.Sprintf("replicas[%d]", j), "%v", err)
 			}
 			if k, dup := seen[u]; dup {
-				return bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d]", u, k)
+				bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d]", u, k)
 			}
 			seen[u] = j
 		}
 	}
 	if !mc.SpillThreshold.Auto && mc.SpillThreshold.N < 1 {
-		return bad("spill_threshold", "must be at least 1 or auto, got %d", mc.SpillThreshold.N)
+		bad("spill_threshold", "must be at least 1 or auto, got %d", mc.SpillThreshold.N)
 	}
 	if len(mc.SessionHeaders) == 0 {
-		return bad("session_headers", "at least one header name is required")
+		bad("session_headers", "at least one header name is required")
 	}
 	for j, h := range mc.SessionHeaders {
 		if !validHeaderName(h) {
-			return bad(fmt.Sprintf("session_headers[%d]", j), "%q is not a header name", h)
+			bad(fmt.Sprintf("session_headers[%d]", j), "%q is not a header name", h)
 		}
 	}
 	if mc.SessionTTL <= 0 {
-		return bad("session_ttl", "must be positive, got %v", mc.SessionTTL)
+		bad("session_ttl", "must be positive, got %v", mc.SessionTTL)
 	}
 	if _, err := parsePolicy(mc.Policy); err != nil {
-		return bad("policy", "%v", err)
+		bad("policy", "%v", err)
 	}
 	if _, err := vllmlb.ParseStatsMode(mc.VLLMLBStats); err != nil || mc.VLLMLBStats == "" {
-		return bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
+		bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
 	}
 	a := mc.Admission // the zero value (a config built in code) means the defaults
 	if _, err := ParseAdmissionMode(string(a.Mode)); a.Mode != "" && err != nil {
-		return bad("admission.mode", "%q: want off, spill or queue", a.Mode)
+		bad("admission.mode", "%q: want off, spill or queue", a.Mode)
 	}
 	if a.QueueMax < 0 {
-		return bad("admission.queue_max", "must not be negative, got %d", a.QueueMax)
+		bad("admission.queue_max", "must not be negative, got %d", a.QueueMax)
 	}
 	if a.Timeout < 0 {
-		return bad("admission.timeout", "must not be negative, got %v", a.Timeout)
+		bad("admission.timeout", "must not be negative, got %v", a.Timeout)
 	}
 	if a.Fill < 0 || a.Fill > 4 {
-		return bad("admission.fill", "want a share of the KV capacity in (0, 4], got %v", a.Fill)
+		bad("admission.fill", "want a share of the KV capacity in (0, 4], got %v", a.Fill)
 	}
-	return nil
 }
 
 func checkHostPort(s string) error {

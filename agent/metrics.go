@@ -12,6 +12,9 @@ import (
 // client_golang. Labels: model = model name, replica = replica index (the
 // URL is in lmwarden_replica_info), kind = placement kind.
 var (
+	descBuildInfo = prometheus.NewDesc("lmwarden_build_info",
+		"Constant 1; the labels say which build runs (lmwarden --version).",
+		[]string{"version", "revision", "goversion"}, nil)
 	descRequests = prometheus.NewDesc("lmwarden_requests_total",
 		"Requests placed, by replica and placement kind (new, sticky, spilled, client_pinned, unaffined, balanced, repinned).",
 		[]string{"model", "replica", "kind"}, nil)
@@ -36,12 +39,6 @@ var (
 	descSessionsExpired = prometheus.NewDesc("lmwarden_sessions_expired_total",
 		"Sessions removed after being idle longer than session_ttl.",
 		[]string{"model"}, nil)
-	descSpills = prometheus.NewDesc("lmwarden_spills_total",
-		"Requests spilled into this replica because their pinned replica had reached the spill threshold.",
-		[]string{"model", "replica"}, nil)
-	descClientPinned = prometheus.NewDesc("lmwarden_client_pinned_total",
-		"Requests sent to this replica because the client named it (X-data-parallel-rank or X-Warden-Replica).",
-		[]string{"model", "replica"}, nil)
 	descInvalidPins = prometheus.NewDesc("lmwarden_invalid_pins_total",
 		"Client-pinned headers naming no valid, healthy replica (ignored; the request was routed normally).",
 		[]string{"model"}, nil)
@@ -51,7 +48,7 @@ var (
 	descStayed = prometheus.NewDesc("lmwarden_session_requests_total",
 		"Requests of known sessions by outcome: stayed (on the pinned replica) or moved.",
 		[]string{"model", "outcome"}, nil)
-	descStickyShare = prometheus.NewDesc("lmwarden_sticky_share",
+	descStickyRatio = prometheus.NewDesc("lmwarden_sticky_ratio",
 		"Share of known-session requests that stayed on their pinned replica (0-1).",
 		[]string{"model"}, nil)
 	descAffinity = prometheus.NewDesc("lmwarden_affinity",
@@ -87,30 +84,45 @@ var (
 	descWaiting = prometheus.NewDesc("lmwarden_replica_waiting",
 		"vllm:num_requests_waiting as last polled.",
 		[]string{"model", "replica"}, nil)
-	descKVUsage = prometheus.NewDesc("lmwarden_replica_kv_usage",
+	descKVUsage = prometheus.NewDesc("lmwarden_replica_kv_usage_ratio",
 		"vllm:kv_cache_usage_perc (or gpu_cache_usage_perc) as last polled, 0-1.",
 		[]string{"model", "replica"}, nil)
-	descHitRate = prometheus.NewDesc("lmwarden_replica_prefix_hit_rate",
+	descHitRate = prometheus.NewDesc("lmwarden_replica_prefix_hit_ratio",
 		"Prefix-cache hit rate over hit_rate_window: delta(hits)/delta(queries), 0-1.",
 		[]string{"model", "replica"}, nil)
 	descLoad = prometheus.NewDesc("lmwarden_replica_load",
 		"load(r) as placement computes it (agent/placement.go).",
 		[]string{"model", "replica"}, nil)
+	descFirstByte = prometheus.NewDesc("lmwarden_time_to_first_byte_seconds",
+		"From the request head read to the first response byte after the response head (the first streamed event), or to the response head when the body came with it, was not streamed, or was carried by the kernel datapath.",
+		[]string{"model", "replica"}, nil)
+	descDuration = prometheus.NewDesc("lmwarden_request_duration_seconds",
+		"From the request head read to the end of the response, for every response relayed to its end.",
+		[]string{"model", "replica"}, nil)
+	descAdmissionWait = prometheus.NewDesc("lmwarden_admission_wait_seconds",
+		"How long admission kept a request waiting at the warden (parked requests only; policy cost, admission queue).",
+		[]string{"model"}, nil)
 )
 
 var allDescs = []*prometheus.Desc{
-	descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
-	descReplicaSessions, descReplicaActive, descSessionsExpired, descSpills, descClientPinned, descInvalidPins,
-	descUnaffined, descStayed, descStickyShare, descAffinity, descSpillThreshold,
+	descBuildInfo, descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
+	descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
+	descUnaffined, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
+	descFirstByte, descDuration, descAdmissionWait,
 }
 
 // Collector exports the models' counters to Prometheus.
-type Collector struct{ models []*Model }
+type Collector struct {
+	models []*Model
+	build  BuildInfo
+}
 
-// NewCollector returns a collector over models.
-func NewCollector(models []*Model) *Collector { return &Collector{models: models} }
+// NewCollector returns a collector over models, run by build.
+func NewCollector(models []*Model, build BuildInfo) *Collector {
+	return &Collector{models: models, build: build}
+}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -127,12 +139,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	histogram := func(d *prometheus.Desc, h *histogram, labels ...string) {
+		ch <- prometheus.MustNewConstHistogram(d, h.n, h.sum, h.cumulative(), labels...)
+	}
 	b2f := func(b bool) float64 {
 		if b {
 			return 1
 		}
 		return 0
 	}
+	gauge(descBuildInfo, 1, c.build.Version, c.build.Revision, c.build.GoVersion)
 	for _, m := range c.models {
 		s := m.Status()
 		mn := s.Name
@@ -144,7 +160,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descUnaffined, float64(s.Unaffined), mn)
 		counter(descStayed, float64(s.Stayed), mn, "stayed")
 		counter(descStayed, float64(s.Moved), mn, "moved")
-		gauge(descStickyShare, s.StickyShare, mn)
+		gauge(descStickyRatio, s.StickyShare, mn)
 		gauge(descAffinity, b2f(s.Affinity), mn)
 		gauge(descSpillThreshold, float64(s.Spill), mn, strconv.FormatBool(s.SpillAuto))
 		counter(descPlacementErrors, float64(s.NoHealthy), mn, "no_healthy_replica")
@@ -154,16 +170,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descAdmissionEvents, float64(as.Waits), mn, "parked")
 		counter(descAdmissionEvents, float64(as.Rejected), mn, "rejected")
 		counter(descAdmissionEvents, float64(as.TimedOut), mn, "timed_out")
+		lat := m.latencySnapshot()
+		histogram(descAdmissionWait, &lat.parked, mn)
 		for _, r := range s.Replicas {
 			ri := strconv.Itoa(r.Index)
+			if r.Index < len(lat.firstByte) {
+				histogram(descFirstByte, &lat.firstByte[r.Index], mn, ri)
+				histogram(descDuration, &lat.duration[r.Index], mn, ri)
+			}
 			for k := range numKinds {
 				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())
 			}
 			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)
 			gauge(descReplicaSessions, float64(r.Sessions), mn, ri)
 			gauge(descReplicaActive, float64(r.ActiveSessions), mn, ri)
-			counter(descSpills, float64(r.SpilledIn), mn, ri)
-			counter(descClientPinned, float64(r.ClientPinned), mn, ri)
 			counter(descRetries, float64(r.RetriedAway), mn, ri)
 			gauge(descReplicaInfo, 1, mn, ri, r.URL)
 			gauge(descHealthy, b2f(r.Healthy), mn, ri)

@@ -170,6 +170,8 @@ type Model struct {
 	observers    []replicaObserver
 
 	peer *peerState // the cost model: cost-aware policies and admission (costmodel.go)
+
+	lat *latencyStats // what the shim measured (latency.go)
 }
 
 // NewModel builds the placement state of one model from its (validated)
@@ -216,6 +218,7 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
 	m.peer = newPeerState(n)
+	m.lat = newLatencyStats(n)
 	m.newPolicies(opts)
 	if mc.Admission.Mode != "" {
 		if err := m.SetAdmission(mc.Admission); err != nil {

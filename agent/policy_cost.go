@@ -80,7 +80,8 @@ const (
 	// prompt on the big profile): vLLM counts prefix hits when it admits a
 	// request and prompt tokens when the prefill ends, so a shorter window
 	// swings between a fraction and several times the true rate, and the
-	// backlog drains at that rate (docs/placement.md, section 5).
+	// backlog drains at that rate
+	// (docs/notes/2026-11-30-overload-and-policy-cost.md, section 2).
 	rateWindow = 60 * time.Second
 	// hysteresisAbs and hysteresisRel: a known session leaves the replica
 	// that holds it only for one predicted at least this much better, so

@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Options are the Warden's run-time hooks that are not configuration.
@@ -26,6 +28,10 @@ type Options struct {
 	// plain dialer). The kernel datapath registers them, so that its
 	// dispatch program never steers a poll into the warden's own shim.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Build is the running build (lmwarden_build_info, GET /api/v1/warden).
+	Build BuildInfo
+	// Datapath is the datapath the shims run with (GET /api/v1/warden).
+	Datapath DatapathInfo
 }
 
 // Warden is the daemon's control plane: the models, the pollers that keep
@@ -42,6 +48,8 @@ type Warden struct {
 	registry   *prometheus.Registry
 	mux        *http.ServeMux
 	client     *http.Client
+
+	serving atomic.Bool // the frontends listen (readiness)
 
 	mu      sync.Mutex
 	started bool
@@ -86,7 +94,10 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 		w.byName[mc.Name] = m
 		w.byFrontend[mc.Frontend] = m
 	}
-	w.registry.MustRegister(NewCollector(w.models))
+	// The warden's own families, then the standard go_* and process_*
+	// ones (memory, GC, goroutines, CPU seconds, open file descriptors).
+	w.registry.MustRegister(NewCollector(w.models, opts.Build),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w.client = &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil, // replicas are local: never through a proxy

@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -277,30 +277,32 @@ func readOpenAIStream(r io.Reader, res *turnResult, onText func(string)) error {
 	})
 }
 
-// modelName asks the target which model it serves (GET /v1/models).
-func modelName(ctx context.Context, c *http.Client, target string) (string, error) {
+// modelName asks the target which model it serves (GET /v1/models), and
+// its context (vLLM's max_model_len; 0 when not listed).
+func modelName(ctx context.Context, c *http.Client, target string) (string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(target, "/")+"/v1/models", nil)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /v1/models: %s", resp.Status)
+		return "", 0, fmt.Errorf("GET /v1/models: %s", resp.Status)
 	}
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
-		return "", fmt.Errorf("GET /v1/models: %w", err)
+		return "", 0, fmt.Errorf("GET /v1/models: %w", err)
 	}
 	if len(list.Data) == 0 {
-		return "", fmt.Errorf("GET /v1/models: no models")
+		return "", 0, fmt.Errorf("GET /v1/models: no models")
 	}
-	return list.Data[0].ID, nil
+	return list.Data[0].ID, list.Data[0].MaxModelLen, nil
 }

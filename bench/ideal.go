@@ -42,21 +42,16 @@ func (w *Workload) SystemSectionTokens() int {
 }
 
 // IdealHitRate is the workload's steady-state ideal: sessions 0..n-1 played
-// to the end with replies of their max_tokens, the system prompt already
-// cached everywhere. It is the reference line of the hit-rate plot.
-func (w *Workload) IdealHitRate(n int) float64 {
+// to the end with replies of their max_tokens, compacting at limit (the
+// model's context; 0: never), the system prompt already cached everywhere.
+// It is the reference line of the hit-rate plot.
+func (w *Workload) IdealHitRate(n, limit int) float64 {
 	var turns []TurnTokens
+	sys := w.SystemSectionTokens()
 	for i := range n {
-		s := w.Session(i)
-		c := NewConversation(s)
-		reused := w.SystemSectionTokens()
-		for !c.Done() {
-			p := len(sim.RenderPrompt(w.System, c.Next()))
-			turns = append(turns, TurnTokens{Prompt: p, Reused: reused})
-			n := s.MaxTokens[c.Turn]
-			c.Reply(fillerReply(n))
-			reused = p + n
-		}
+		w.plan(i).play(sys, limit, func(r playedRequest) {
+			turns = append(turns, TurnTokens{Prompt: r.Prompt, Reused: r.Reused})
+		})
 	}
 	return IdealHitRate(turns, 0, 0)
 }

@@ -59,10 +59,10 @@ vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2500"} 1
 func TestProgressWritesOneLinePerStepWhenNotATerminal(t *testing.T) {
 	var b strings.Builder
 	p := NewProgress(&b, 2)
-	p.Begin(4, "off")
+	p.Begin(Step{Sessions: 4}, "off")
 	p.Update(0.5)
 	p.End("hit 50%")
-	p.Begin(4, "on")
+	p.Begin(Step{Sessions: 4}, "on")
 	p.End("hit 80%")
 	p.Finish()
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")

@@ -20,8 +20,13 @@ const plotW, plotH = 7 * vg.Inch, 4.5 * vg.Inch
 // task completion time p50/p95 (log scale).
 func (r *Report) writePlots(dir string) error {
 	ttft := r.newPlot("Time to first token", "seconds (log scale)")
-	ttft.Y.Scale = plot.LogScale{}
-	ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	if r.anyPositive(func(x Result) Num { return x.TTFTP50 }) {
+		ttft.Y.Scale = plot.LogScale{}
+		ttft.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else { // a log axis without a point cannot be drawn
+		ttft.Title.Text = "Time to first token: no request answered within a window"
+		ttft.Y.Label.Text = "seconds"
+	}
 	for i, arm := range r.Arms {
 		if err := r.addLine(ttft, i, arm+" p50", arm, func(x Result) Num { return x.TTFTP50 }, nil, true); err != nil {
 			return err
@@ -59,7 +64,7 @@ func (r *Report) writePlots(dir string) error {
 	}
 
 	task := r.newPlot("Task completion time (sessions that finished in the window)", "seconds (log scale)")
-	if r.anyTask() {
+	if r.anyPositive(func(x Result) Num { return x.TaskP50 }) {
 		task.Y.Scale = plot.LogScale{}
 		task.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	} else { // a log axis without a point cannot be drawn
@@ -86,7 +91,7 @@ func (r *Report) writePlots(dir string) error {
 func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "concurrent sessions"
+	p.X.Label.Text = r.stepAxis()
 	p.Y.Label.Text = ylabel
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -94,11 +99,14 @@ func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 	p.Legend.YOffs = -vg.Points(18) // clear of the title
 	ticks := make([]plot.Tick, len(r.Steps))
 	for i, s := range r.Steps {
-		ticks[i] = plot.Tick{Value: float64(s), Label: fmt.Sprint(s)}
+		ticks[i] = plot.Tick{Value: s.value(), Label: s.String()}
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	if len(r.Steps) > 0 {
-		p.X.Min, p.X.Max = float64(r.Steps[0]), float64(r.Steps[len(r.Steps)-1])
+		p.X.Min, p.X.Max = math.Inf(1), math.Inf(-1)
+		for _, s := range r.Steps {
+			p.X.Min, p.X.Max = min(p.X.Min, s.value()), max(p.X.Max, s.value())
+		}
 		if p.X.Min == p.X.Max {
 			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
 		}
@@ -112,7 +120,7 @@ func (r *Report) newPlot(title, ylabel string) *plot.Plot {
 func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result) Num, dashes []vg.Length, logScale bool) error {
 	var pts plotter.XYs
 	for _, s := range r.Steps {
-		x, ok := r.Find(s, arm)
+		x, ok := r.FindStep(s, arm)
 		if !ok {
 			continue
 		}
@@ -120,7 +128,7 @@ func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result
 		if math.IsNaN(v) || (logScale && v <= 0) {
 			continue
 		}
-		pts = append(pts, plotter.XY{X: float64(s), Y: v})
+		pts = append(pts, plotter.XY{X: s.value(), Y: v})
 	}
 	if len(pts) == 0 {
 		return nil
@@ -138,12 +146,26 @@ func (r *Report) addLine(p *plot.Plot, i int, label, arm string, get func(Result
 	return nil
 }
 
-// anyTask says whether some window finished a session.
-func (r *Report) anyTask() bool {
+// anyPositive says whether some result has a positive value of f, which a
+// log axis needs.
+func (r *Report) anyPositive(f func(Result) Num) bool {
 	for _, x := range r.Results {
-		if v := float64(x.TaskP50); v > 0 && !math.IsNaN(v) {
+		if v := float64(f(x)); v > 0 && !math.IsNaN(v) {
 			return true
 		}
 	}
 	return false
+}
+
+// stepAxis names the x axis by the first step's kind.
+func (r *Report) stepAxis() string {
+	switch {
+	case len(r.Steps) == 0:
+		return ""
+	case r.Steps[0].CacheLoad > 0:
+		return "load (live context ÷ total KV cache)"
+	case r.Steps[0].Open():
+		return "new sessions a minute"
+	}
+	return "concurrent sessions"
 }

@@ -19,7 +19,7 @@ type Progress struct {
 	total   int // step×arm phases in the run
 	done    int
 	started time.Time
-	step    int
+	step    Step
 	arm     string
 	frac    float64
 	last    time.Time
@@ -41,7 +41,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 // Begin starts a phase (one arm of one step).
-func (p *Progress) Begin(step int, arm string) {
+func (p *Progress) Begin(step Step, arm string) {
 	if p == nil {
 		return
 	}
@@ -72,7 +72,7 @@ func (p *Progress) End(summary string) {
 	defer p.mu.Unlock()
 	p.done++
 	p.frac = 0
-	line := fmt.Sprintf("bench: %d sessions, arm %s: %s (%s elapsed)", p.step, p.arm, summary,
+	line := fmt.Sprintf("bench: %s, arm %s: %s (%s elapsed)", p.step.phrase(), p.arm, summary,
 		time.Since(p.started).Round(100*time.Millisecond))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s\n", line)
@@ -108,7 +108,7 @@ func (p *Progress) draw(force bool) {
 	}
 	const width = 24
 	n := int(overall * width)
-	fmt.Fprintf(p.w, "\r\033[K[%s%s] %3.0f%%  step %d sessions, arm %s (%d/%d)  ~%s left",
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %3.0f%%  step %s, arm %s (%d/%d)  ~%s left",
 		strings.Repeat("#", n), strings.Repeat(".", width-n), 100*overall,
-		p.step, p.arm, p.done+1, p.total, left)
+		p.step.phrase(), p.arm, p.done+1, p.total, left)
 }

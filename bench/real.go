@@ -26,19 +26,29 @@ type RealConfig struct {
 	// ReplicaMetrics are /metrics URLs (a base URL gets /metrics appended);
 	// one URL may carry several ranks (engine label).
 	ReplicaMetrics []string
-	Steps          []int
-	Duration       time.Duration // per step and arm, in the replicas' time
-	Arms           []Arm
-	Seed           uint64
+	// Steps are closed-loop sessions, open-loop rates or loads (steps.go);
+	// a load needs Profile, the replicas' profile, to be sized.
+	Steps    []Step
+	Duration time.Duration // per step and arm, in the replicas' time
+	// Warmup runs each window's sessions this long before it is measured
+	// (the replicas' time).
+	Warmup time.Duration
+	Arms   []Arm
+	Seed   uint64
 	// Speed is how much faster than real time the replicas run (simulated
 	// replicas at --speed N). Durations, pauses and timeouts are divided by
 	// it and measured times multiplied, so the report is in the replicas'
 	// time and comparable with a virtual run. 1 for real hardware.
 	Speed          float64
 	RequestTimeout time.Duration // per request, in the replicas' time (default 5m)
-	Profile        string        // for the report only
+	Profile        string        // the replicas' profile: sizes load steps, and is named in the report
 	LBStats        string        // the off arm's stats mode, for the report only ("": unknown, as configured)
 	Progress       *Progress
+	// Workload sizes the sessions (zero: DefaultShape).
+	Workload WorkloadShape
+	// MaxContext is the model's context in tokens, where sessions that
+	// compact do (zero: max_model_len from the target's GET /v1/models).
+	MaxContext int
 }
 
 // DefaultRequestTimeout bounds one request, in the replicas' time.
@@ -50,15 +60,26 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 		return nil, err
 	}
 	wall := time.Now()
-	maxStep := 0
+	conns := 0
 	for _, s := range cfg.Steps {
-		maxStep = max(maxStep, s)
+		if s.Open() || s.CacheLoad > 0 {
+			conns = max(conns, openLoopConns)
+		}
+		conns = max(conns, s.Sessions)
 	}
-	r := &realRun{cfg: cfg, client: newHTTPClient(maxStep), wl: NewWorkload(cfg.Seed)}
+	r := &realRun{cfg: cfg, client: newHTTPClient(conns), wl: NewWorkloadShape(cfg.Seed, cfg.Workload)}
 	r.admin = adminClient{base: cfg.Admin, client: r.client}
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.wl.checkContext(r.maxContext); err != nil {
+		return nil, err
+	}
+	var notes []string
+	if err := r.sizeSteps(&notes); err != nil {
+		return nil, err
+	}
+	perSession := r.wl.meanRequests(r.maxContext)
 	if cfg.Admin != "" {
 		// Leave the warden as found, even after an error or Ctrl-C.
 		defer func() {
@@ -72,8 +93,9 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 	rep := &Report{
 		Mode: "real", Target: cfg.Target, API: cfg.API, Profile: cfg.Profile, Replicas: len(r.poller.keys),
 		LBStats: cfg.LBStats, Speed: cfg.Speed, Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(),
-		Steps: cfg.Steps, ArmPolicies: map[string]string{}, WorkloadIdeal: Num(r.wl.IdealHitRate(64)),
+		Steps: r.steps, ArmPolicies: map[string]string{}, WorkloadIdeal: Num(r.wl.IdealHitRate(r.wl.sampleSize(), r.maxContext)),
 		PercentileMethod: PercentileMethod, Started: wall.UTC(), ReplicasRead: r.replicaList(),
+		Workload: r.wl.Shape.Name, MaxContext: r.maxContext, StepNotes: notes,
 	}
 	for _, a := range cfg.Arms {
 		rep.Arms = append(rep.Arms, a.Name)
@@ -86,7 +108,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 			}
 		}
 	}
-	for si, step := range cfg.Steps {
+	for si, step := range r.steps {
 		for ai, arm := range cfg.Arms {
 			if cfg.Admin != "" {
 				if err := r.admin.setArm(ctx, r.modelName, arm, r.policy); err != nil {
@@ -94,7 +116,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 				}
 			}
 			cfg.Progress.Begin(step, arm.Name)
-			res, err := r.window(ctx, textVariant(si, ai), step, arm)
+			res, err := r.window(ctx, textVariant(si, ai), step, arm, perSession)
 			if err != nil {
 				return nil, err
 			}
@@ -117,6 +139,8 @@ func (cfg *RealConfig) check() error {
 		return fmt.Errorf("%w: no steps", ErrBadConfig)
 	case cfg.Duration <= 0:
 		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case cfg.Warmup < 0:
+		return fmt.Errorf("%w: warm-up %v", ErrBadConfig, cfg.Warmup)
 	case len(cfg.Arms) == 0:
 		return fmt.Errorf("%w: no arms", ErrBadConfig)
 	case len(cfg.Arms) > 1 && cfg.Admin == "":
@@ -125,8 +149,11 @@ func (cfg *RealConfig) check() error {
 		return fmt.Errorf("%w: no replica metrics: give --replica-metrics or --admin", ErrBadConfig)
 	}
 	for _, s := range cfg.Steps {
-		if s < 1 {
-			return fmt.Errorf("%w: step of %d sessions", ErrBadConfig, s)
+		if s.CacheLoad <= 0 && !s.sized() {
+			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
+		}
+		if s.CacheLoad > 0 && cfg.Profile == "" {
+			return fmt.Errorf("%w: step %s is a load: give the replicas' profile to size it", ErrBadConfig, s)
 		}
 	}
 	if cfg.Speed <= 0 {
@@ -150,6 +177,30 @@ type realRun struct {
 	oneEndpoint bool
 	policy      string // the warden's configured policy
 	affinity    bool   // the warden's affinity before the run (restored after it)
+	maxContext  int    // the model's context (tokens; 0 unknown)
+	steps       []Step // cfg.Steps with loads sized
+}
+
+// openLoopConns sizes the connection pool of an open loop, whose live
+// sessions are not known in advance.
+const openLoopConns = 256
+
+// sizeSteps sizes the load steps for the replicas found (load.go).
+func (r *realRun) sizeSteps(notes *[]string) error {
+	r.steps = r.cfg.Steps
+	for _, s := range r.cfg.Steps {
+		if s.CacheLoad <= 0 {
+			continue
+		}
+		p, err := sim.LookupProfile(r.cfg.Profile)
+		if err != nil {
+			return fmt.Errorf("%w: sizing step %s: %v", ErrBadConfig, s, err)
+		}
+		steps, n, err := ResolveSteps(r.cfg.Steps, r.wl, p, len(r.poller.keys), r.maxContext)
+		r.steps, *notes = steps, n
+		return err
+	}
+	return nil
 }
 
 // setup finds the replicas' metrics, the model names and checks the target
@@ -183,13 +234,18 @@ func (r *realRun) setup(ctx context.Context) error {
 	if err := r.poller.discover(ctx); err != nil {
 		return err
 	}
-	r.model = r.cfg.Model
-	if r.model == "" {
-		name, err := modelName(ctx, r.client, r.cfg.Target)
+	r.model, r.maxContext = r.cfg.Model, r.cfg.MaxContext
+	if r.model == "" || (r.maxContext <= 0 && r.wl.compacts()) {
+		name, maxLen, err := modelName(ctx, r.client, r.cfg.Target)
 		if err != nil {
 			return fmt.Errorf("target %s: %w", r.cfg.Target, err)
 		}
-		r.model = name
+		if r.model == "" {
+			r.model = name
+		}
+		if r.maxContext <= 0 {
+			r.maxContext = maxLen
+		}
 	}
 	return nil
 }
@@ -199,20 +255,40 @@ func (r *realRun) scaled(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / r.cfg.Speed)
 }
 
-// window plays one step under one arm: sessions goroutines in a closed
-// loop for the step's duration; requests still in flight at its end are
-// canceled and counted as cut.
-func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm Arm) (Result, error) {
+// window plays one step under one arm for the step's duration: a
+// goroutine per session slot in a closed loop, or one per session as they
+// arrive in an open one; requests still in flight at its end are canceled
+// and counted as cut.
+func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm, perSession float64) (Result, error) {
 	r.drain(ctx)
 	rec := newRecorder(len(r.poller.keys))
-	var mu sync.Mutex // guards rec and live
+	rec.requestsPerSession = perSession
+	var mu sync.Mutex // guards ws.rec and live
 	live := liveSet{}
-	before, haveAdmin := r.adminCounters(ctx)
-	rec.poll(r.poller.poll(ctx))
-	rec.tasks.liveContext(0)
-	ws := &realWindow{rec: rec, mu: &mu, live: live, start: time.Now(), speed: r.cfg.Speed}
+	begin := time.Now()
+	ws := &realWindow{rec: rec, mu: &mu, live: live, start: begin.Add(r.scaled(r.cfg.Warmup)), speed: r.cfg.Speed}
+	var before adminSnapshot
+	var haveAdmin bool
+	measure := func() { // the window's start: counters' baselines
+		before, haveAdmin = r.adminCounters(ctx)
+		s := r.poller.poll(ctx)
+		mu.Lock()
+		ws.rec = rec
+		rec.poll(s)
+		rec.tasks.liveContext(live.sum())
+		mu.Unlock()
+	}
+	if r.cfg.Warmup > 0 {
+		// the warm-up's requests go to a recorder that is thrown away;
+		// the sessions' starts, in the tasks both share, stay
+		ws.rec = newRecorder(len(r.poller.keys))
+		ws.rec.tasks = rec.tasks
+	} else {
+		measure()
+	}
 
-	wctx, cancel := context.WithTimeout(ctx, r.scaled(r.cfg.Duration))
+	total := r.scaled(r.cfg.Warmup + r.cfg.Duration)
+	wctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
 	pollDone := make(chan struct{})
 	go func() {
@@ -220,8 +296,9 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 		every := max(50*time.Millisecond, r.scaled(DefaultPollInterval))
 		t := time.NewTicker(every)
 		defer t.Stop()
-		start := time.Now()
-		total := r.scaled(r.cfg.Duration)
+		warm := time.NewTimer(time.Until(ws.start))
+		defer warm.Stop()
+		measuring := r.cfg.Warmup <= 0
 		for {
 			select {
 			case <-wctx.Done():
@@ -231,7 +308,16 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 				rec.tasks.liveContext(live.sum())
 				mu.Unlock()
 				return
+			case <-warm.C:
+				if !measuring {
+					measure()
+					measuring = true
+				}
 			case <-t.C:
+				r.cfg.Progress.Update(time.Since(begin).Seconds() / total.Seconds())
+				if !measuring {
+					continue
+				}
 				s := r.poller.poll(wctx)
 				if wctx.Err() != nil {
 					continue
@@ -240,7 +326,6 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 				rec.poll(s)
 				rec.tasks.liveContext(live.sum())
 				mu.Unlock()
-				r.cfg.Progress.Update(time.Since(start).Seconds() / total.Seconds())
 			}
 		}
 	}()
@@ -248,22 +333,46 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 	sys := r.wl.SystemSectionTokens()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range sessions {
+	if step.Open() {
 		wg.Add(1)
-		go func() {
+		go func() { // the arrivals
 			defer wg.Done()
-			for wctx.Err() == nil {
-				s := r.wl.SessionVariant(int(next.Add(1)-1), variant)
-				if !r.playSession(wctx, s, sys, ws) {
-					// back off after a failure, so a dead endpoint is
-					// counted, not hammered
-					select {
-					case <-wctx.Done():
-					case <-time.After(max(10*time.Millisecond, r.scaled(time.Second))):
-					}
+			for i, at := range arrivalTimes(r.cfg.Seed, step, r.cfg.Warmup+r.cfg.Duration) {
+				select {
+				case <-wctx.Done():
+					return
+				case <-time.After(time.Until(begin.Add(r.scaled(at)))):
 				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r.playSession(wctx, r.wl.SessionVariant(i, variant), sys, ws)
+				}()
 			}
 		}()
+	} else {
+		for slot := range step.Sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select { // the slot's first session starts at its own offset
+				case <-wctx.Done():
+					return
+				case <-time.After(r.scaled(r.wl.StartOffset(slot))):
+				}
+				for wctx.Err() == nil {
+					s := r.wl.SessionVariant(int(next.Add(1)-1), variant)
+					if !r.playSession(wctx, s, sys, ws) {
+						// back off after a failure, so a dead endpoint is
+						// counted, not hammered
+						select {
+						case <-wctx.Done():
+						case <-time.After(max(10*time.Millisecond, r.scaled(time.Second))):
+						}
+					}
+				}
+			}()
+		}
 	}
 	wg.Wait()
 	<-pollDone
@@ -284,7 +393,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, sessions int, arm 
 			}
 		}
 	}
-	return rec.result(sessions, arm.Name, r.cfg.Duration.Seconds(), sys), nil
+	return rec.result(step, arm.Name, r.cfg.Duration.Seconds(), sys), nil
 }
 
 // realWindow is what a window's session goroutines share.
@@ -302,8 +411,9 @@ func (ws *realWindow) since(t time.Time) float64 { return t.Sub(ws.start).Second
 // playSession sends a session's turns until it ends, fails or the window
 // closes; false when a request failed.
 func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *realWindow) bool {
-	rec, mu := ws.rec, ws.mu
+	mu := ws.mu
 	c := NewConversation(s)
+	c.Limit = r.maxContext
 	reused, held := sys, 0
 	for !c.Done() {
 		select {
@@ -311,21 +421,25 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *rea
 			return true
 		case <-time.After(r.scaled(s.Pauses[c.Turn])):
 		}
-		msgs := c.Next()
+		req := c.NextRequest()
+		if req.Fresh {
+			reused, held = sys, 0 // a fresh history shares only the system prompt
+		}
 		sent := time.Now()
 		mu.Lock()
-		if c.Turn == 0 {
-			rec.tasks.sessionStarted(s.ID, ws.since(sent))
+		if req.First {
+			ws.rec.tasks.sessionStarted(s.ID, ws.since(sent))
 		}
 		// the prompt's size is known from the answer's usage; until then,
 		// the history so far and the new message (4 bytes a token)
-		ws.live.set(s.ID, max(held, sys)+len(msgs[len(msgs)-1].Content)/sim.BytesPerToken)
+		ws.live.set(s.ID, max(held, sys)+len(req.Messages[len(req.Messages)-1].Content)/sim.BytesPerToken)
 		mu.Unlock()
 		rctx, cancel := context.WithTimeout(wctx, r.scaled(r.cfg.RequestTimeout))
-		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, msgs, s.MaxTokens[c.Turn])
+		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, req.Messages, req.MaxTokens)
 		timedOut := rctx.Err() != nil && wctx.Err() == nil
 		cancel()
 		mu.Lock()
+		rec := ws.rec
 		if res.parked > 0 {
 			rec.tasks.parkedFor(res.parked.Seconds()*r.cfg.Speed, false)
 		}
@@ -346,21 +460,23 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *rea
 			return false
 		}
 		ttft := res.ttft.Seconds() * r.cfg.Speed
-		rec.answered(s.ID, c.Turn == 0, ttft, res.promptTokens, res.cachedTokens, res.outputTokens, reused)
+		rec.answered(s.ID, req.First, ttft, res.promptTokens, res.cachedTokens, res.outputTokens, reused)
 		held = res.promptTokens + res.outputTokens
 		ws.live.set(s.ID, held)
-		if c.Turn == len(s.Users)-1 {
+		if req.Compaction {
+			rec.compactions++
+		}
+		c.Answer(res.text, res.promptTokens, res.outputTokens)
+		if c.Done() {
 			rec.completed++
 			rec.tasks.sessionFinished(s.ID, ws.since(time.Now()))
 			ws.live.end(s.ID)
 		}
 		mu.Unlock()
 		reused = held
-		c.Reply(res.text)
 	}
 	return true
 }
-
 
 // failureKind names a failure for the report's notes.
 func failureKind(err error, res turnResult) string {

@@ -51,7 +51,7 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 	s := mustSim(t, 2, sim.ShapePorts, 100)
 	front, w := mustWardenFront(t, s.URLs(), false)
 	rep, err := RunReal(context.Background(), RealConfig{
-		Target: front, API: APIAnthropic, Admin: "http://" + w.AdminAddr(), Steps: []int{2},
+		Target: front, API: APIAnthropic, Admin: "http://" + w.AdminAddr(), Steps: Sessions(2),
 		Duration: 30 * time.Second, Arms: mustArms(t, "hash,on"), Seed: 3, Speed: 100,
 	})
 	if err != nil {
@@ -93,10 +93,12 @@ func TestRealRunReadsTheWaitAtTheWardenFromTheResponse(t *testing.T) {
 	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	// 10 sessions of 11-14k tokens against 2 × 40,000 tokens of cache.
+	// 10 sessions of 11-14k tokens against 2 × 39,088 tokens of cache; two
+	// minutes, so the first 10 s, while the sessions start, weigh little in
+	// the live context's mean.
 	rep, err := RunReal(context.Background(), RealConfig{
-		Target: front, API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: []int{10},
-		Duration: 60 * time.Second, Arms: mustArms(t, "on"), Seed: 2, Speed: 100,
+		Target: front, API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: Sessions(10),
+		Duration: 120 * time.Second, Arms: mustArms(t, "on"), Seed: 2, Speed: 100,
 	})
 	if err != nil {
 		t.Fatal(err)

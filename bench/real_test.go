@@ -34,7 +34,7 @@ func TestRealRunAgainstSimWritesReportFiles(t *testing.T) {
 			s := mustSim(t, 2, sim.ShapePorts, 100)
 			urls := s.URLs()
 			rep, err := RunReal(context.Background(), RealConfig{
-				Target: urls[0], API: api, ReplicaMetrics: urls, Steps: []int{2},
+				Target: urls[0], API: api, ReplicaMetrics: urls, Steps: Sessions(2),
 				Duration: 90 * time.Second, Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 			})
 			if err != nil {
@@ -76,7 +76,7 @@ func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
 	s := mustSim(t, 1, sim.ShapePorts, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
 		Target: "http://" + testnet.RefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
-		ReplicaMetrics: s.URLs(), Steps: []int{2}, Duration: 20 * time.Second,
+		ReplicaMetrics: s.URLs(), Steps: Sessions(2), Duration: 20 * time.Second,
 		Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 	})
 	if err != nil {
@@ -98,9 +98,44 @@ func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
 func TestRealRunRejectsMissingSetup(t *testing.T) {
 	_, err := RunReal(context.Background(), RealConfig{
 		Target: "http://127.0.0.1:1", API: APIAnthropic, ReplicaMetrics: []string{"http://127.0.0.1:1"},
-		Steps: []int{1}, Duration: time.Second, Arms: mustArms(t, "off,on"),
+		Steps: Sessions(1), Duration: time.Second, Arms: mustArms(t, "off,on"),
 	})
 	if err == nil || !strings.Contains(err.Error(), "--admin") {
 		t.Fatalf("two arms without --admin: %v", err)
+	}
+}
+
+// TestRealRunPlaysLongSessionsArrivingAtARate runs the long workload in
+// an open loop against simulated replicas over HTTP: sessions arrive,
+// compact near the context (from the target's /v1/models unless given) and
+// finish.
+func TestRealRunPlaysLongSessionsArrivingAtARate(t *testing.T) {
+	s := mustSim(t, 2, sim.ShapePorts, 100)
+	rep, err := RunReal(context.Background(), RealConfig{
+		Target: s.URLs()[0], API: APIOpenAI, ReplicaMetrics: s.URLs(),
+		Steps: []Step{{Arrivals: ArrivalsPoisson, PerMin: 4}}, Duration: 5 * time.Minute, Warmup: time.Minute,
+		Arms: mustArms(t, "on"), Seed: 4, Speed: 100, Workload: LongShape, MaxContext: 16_384,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rep.Results[0]
+	t.Logf("requests %d, compactions %d, tasks %d (%d unfinished), task p50 %v, live %vx", x.Requests, x.Compactions, x.Completed, x.TasksUnfinished, x.TaskP50, x.LiveContextX)
+	if x.Requests == 0 || x.Failed() || x.Compactions == 0 || x.Completed == 0 || !(x.TaskP50 > 0) {
+		t.Fatalf("requests %d, errors %d, compactions %d, tasks done %d: %v", x.Requests, x.Errors, x.Compactions, x.Completed, x.Notes)
+	}
+	if rep.MaxContext != 16_384 || rep.Workload != "long" || !rep.Steps[0].Open() {
+		t.Fatalf("report: context %d, workload %q, steps %v", rep.MaxContext, rep.Workload, rep.Steps)
+	}
+	// Without --max-context the target's own context is used.
+	rep, err = RunReal(context.Background(), RealConfig{
+		Target: s.URLs()[0], API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: Sessions(1),
+		Duration: 10 * time.Second, Arms: mustArms(t, "on"), Seed: 4, Speed: 100, Workload: LongShape,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mustProfile(t, "a4000-qwen3-4b").MaxModelLen; rep.MaxContext != want {
+		t.Fatalf("context %d, want the target's max_model_len %d", rep.MaxContext, want)
 	}
 }

@@ -11,8 +11,12 @@ import (
 // guards it with a mutex.
 type recorder struct {
 	replicas int
+	// requestsPerSession is the workload's mean requests a session, the
+	// unit of sessions/h (TurnsPerSession unless a runner says otherwise).
+	requestsPerSession float64
 
 	requests, errors, timeouts, cut, completed int
+	compactions                                int // compaction requests answered
 	outputTokens, promptTokens, cachedTokens   int
 
 	ttft       []float64
@@ -37,20 +41,21 @@ type recorder struct {
 	errorKinds      map[string]int
 	firstErrorText  string
 
-	tasks taskView // sessions, first and later turns, parked requests (tasks.go)
+	tasks *taskView // sessions, first and later turns, parked requests (tasks.go)
 }
 
 func newRecorder(replicas int) *recorder {
 	r := &recorder{
-		replicas:    replicas,
-		perSession:  map[string][]float64{},
-		placedOn:    make([]float64, replicas),
-		lastReplica: map[string]int{},
-		errorKinds:  map[string]int{},
-		runSum:      make([]float64, replicas),
-		waitSum:     make([]float64, replicas),
-		polls:       make([]int, replicas),
-		tasks:       newTaskView(replicas),
+		replicas:           replicas,
+		requestsPerSession: TurnsPerSession,
+		perSession:         map[string][]float64{},
+		placedOn:           make([]float64, replicas),
+		lastReplica:        map[string]int{},
+		errorKinds:         map[string]int{},
+		runSum:             make([]float64, replicas),
+		waitSum:            make([]float64, replicas),
+		polls:              make([]int, replicas),
+		tasks:              newTaskView(replicas),
 	}
 	for range replicas {
 		r.hits = append(r.hits, &Counter{})
@@ -141,10 +146,11 @@ type replicaSample struct {
 }
 
 // result computes the Result of the window.
-func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens int) Result {
+func (r *recorder) result(step Step, arm string, seconds float64, sysTokens int) Result {
 	res := Result{
-		Sessions: sessions, Arm: arm, Seconds: Num(seconds),
+		Step: step, Arm: arm, Seconds: Num(seconds),
 		Requests: r.requests, Errors: r.errors, Timeouts: r.timeouts, Cut: r.cut, Completed: r.completed,
+		TaskStats:      TaskStats{Compactions: r.compactions},
 		TTFTP50:        Num(Percentile(r.ttft, 50)),
 		TTFTP95:        Num(Percentile(r.ttft, 95)),
 		SessionTTFTP50: Num(SessionPercentile(r.perSession, 50)),
@@ -157,13 +163,19 @@ func (r *recorder) result(sessions int, arm string, seconds float64, sysTokens i
 	if seconds > 0 {
 		// Whole sessions finished in a window are few and lumpy (a 3-minute
 		// window at overload may finish none), so the rate counts answered
-		// turns in session units; Completed keeps the whole-session count.
-		res.SessionsPerHour = Num(float64(r.requests) / TurnsPerSession / seconds * 3600)
+		// requests in session units; Completed keeps the whole-session count.
+		res.SessionsPerHour = Num(float64(r.requests) / r.requestsPerSession / seconds * 3600)
 		res.OutputTokensPerMin = Num(float64(r.outputTokens) / seconds * 60)
 	}
 	res.ClientCachedShare = Num(math.NaN())
+	res.QueriesPerPromptToken = Num(math.NaN())
 	if r.promptTokens > 0 {
 		res.ClientCachedShare = Num(float64(r.cachedTokens) / float64(r.promptTokens))
+		var q float64
+		for _, c := range r.queries {
+			q += c.Increase()
+		}
+		res.QueriesPerPromptToken = Num(q / float64(r.promptTokens))
 		res.IdealHitRate = Num(IdealHitRate(r.turns, sysTokens, r.replicas))
 	}
 	for _, c := range r.hits {

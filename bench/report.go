@@ -25,10 +25,16 @@ type Report struct {
 	Seed         uint64   `json:"seed"`
 	// PollSeconds is how often replica stats reached the placement (virtual
 	// runs; 0 when unknown), in the replicas' time.
-	PollSeconds float64  `json:"poll_seconds,omitempty"`
-	StepSeconds float64  `json:"step_seconds"`
-	Steps       []int    `json:"steps"`
-	Arms        []string `json:"arms"`
+	PollSeconds float64 `json:"poll_seconds,omitempty"`
+	StepSeconds float64 `json:"step_seconds"`
+	Steps       []Step  `json:"steps"`
+	// StepNotes say how steps stated as a load were sized (load.go).
+	StepNotes []string `json:"step_notes,omitempty"`
+	// Workload names the sessions' shape; MaxContext is the model's context
+	// where sessions compact (tokens).
+	Workload   string   `json:"workload,omitempty"`
+	MaxContext int      `json:"max_context,omitempty"`
+	Arms       []string `json:"arms"`
 	// ArmPolicies says what each arm ran (e.g. off = vllm-lb, lb-stats fresh).
 	ArmPolicies map[string]string `json:"arm_policies"`
 	// WorkloadIdeal is the steady-state ideal hit rate of the workload.
@@ -41,9 +47,11 @@ type Report struct {
 
 // Result is one step (concurrency) under one arm.
 type Result struct {
-	Sessions int    `json:"sessions"` // concurrent sessions of the step
-	Arm      string `json:"arm"`
-	Seconds  Num    `json:"seconds"` // measured window (simulated when the replicas are)
+	// Step is the step: Sessions (closed loop), or the arrival rate (open
+	// loop), and the load it was sized for (steps.go).
+	Step
+	Arm     string `json:"arm"`
+	Seconds Num    `json:"seconds"` // measured window (simulated when the replicas are)
 
 	Requests  int `json:"requests"`           // answered within the window
 	Errors    int `json:"errors"`             // failed (connect, HTTP status, broken stream)
@@ -65,8 +73,14 @@ type Result struct {
 	// ClientCachedShare is the cached share of prompt tokens the responses'
 	// usage reported: the client's view of the same thing.
 	ClientCachedShare Num `json:"client_cached_share"`
-	IdealHitRate      Num `json:"ideal_hit_rate"` // of the turns actually sent
-	CounterResets     int `json:"counter_resets"`
+	// QueriesPerPromptToken is the replicas' prefix-cache queries (the
+	// counters' increase) over the prompt tokens of the answered requests:
+	// about 1 where vLLM counts each request once; well above 1 where it
+	// counts every look-up of a waiting request, which inflates the
+	// counters while requests wait (docs/sim.md).
+	QueriesPerPromptToken Num `json:"queries_per_prompt_token"`
+	IdealHitRate          Num `json:"ideal_hit_rate"` // of the turns actually sent
+	CounterResets         int `json:"counter_resets"`
 
 	// Stayed is the share of a session's later requests that went to the
 	// replica its previous request went to (NaN when unknowable).
@@ -88,12 +102,13 @@ type Result struct {
 // tasks, first turns against later ones, and waits at the warden.
 type TaskStats struct {
 	// A task is a session's turns, from its first request sent to the last
-	// token of its last turn; only sessions that started and finished
-	// within the window have one (Completed counts them).
+	// token of its last turn; the tasks of a window are the sessions that
+	// finished within it (Completed counts them), started within it or
+	// during the warm-up before it.
 	TaskP50 Num `json:"task_p50_s"`
 	TaskP95 Num `json:"task_p95_s"`
-	// TasksUnfinished are sessions that started within the window and had
-	// not finished when it closed (failed ones not included).
+	// TasksUnfinished are sessions that had started (in the window or its
+	// warm-up) and not finished when it closed (failed ones not included).
 	TasksUnfinished int `json:"tasks_unfinished"`
 	// TaskP50Open and TaskP95Open count the unfinished sessions too, at
 	// their time so far: lower bounds.
@@ -105,6 +120,8 @@ type TaskStats struct {
 	TTFTFirstP95 Num `json:"ttft_first_p95_s"`
 	TTFTLaterP50 Num `json:"ttft_later_p50_s"`
 	TTFTLaterP95 Num `json:"ttft_later_p95_s"`
+	// Compactions counts the compaction requests answered (workload long).
+	Compactions int `json:"compactions"`
 
 	// Parked counts the requests that waited at the warden (admission),
 	// ParkedAtClose those still waiting when the window closed; the
@@ -149,10 +166,20 @@ func (n *Num) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Find returns the result of a step and arm.
+// Find returns the result of a closed-loop step of sessions and an arm.
 func (r *Report) Find(sessions int, arm string) (Result, bool) {
 	for _, x := range r.Results {
-		if x.Sessions == sessions && x.Arm == arm {
+		if x.Sessions == sessions && !x.Open() && x.Arm == arm {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// FindStep returns the result of a step and an arm.
+func (r *Report) FindStep(step Step, arm string) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Step == step && x.Arm == arm {
 			return x, true
 		}
 	}

@@ -22,6 +22,8 @@ var columns = []column{
 	{"session p95", func(r Result) string { return fmtSec(r.SessionTTFTP95) }},
 	{"busy", func(r Result) string { return fmtNum(r.ReplicasBusy, "%.1f") }},
 	{"hit rate", func(r Result) string { return fmtPct(r.HitRate) }},
+	{"resp cached", func(r Result) string { return fmtPct(r.ClientCachedShare) }},
+	{"queries/prompt", func(r Result) string { return fmtNum(r.QueriesPerPromptToken, "%.2f") }},
 	{"stayed", func(r Result) string { return fmtPct(r.Stayed) }},
 	{"load %", func(r Result) string { return fmtLoad(r.Load) }},
 	{"run+wait", func(r Result) string { return fmtQueues(r.MeanRunning, r.MeanWaiting) }},
@@ -37,9 +39,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	r.writeTables(&b, columns)
 	b.WriteString("\n" + taskTableCaption + "\n\n")
 	r.writeTables(&b, r.taskColumns())
+	for _, n := range r.StepNotes {
+		fmt.Fprintf(&b, "- load %s\n", n)
+	}
 	for _, x := range r.Results {
 		for _, n := range x.Notes {
-			fmt.Fprintf(&b, "- %d sessions, %s: %s\n", x.Sessions, x.Arm, n)
+			fmt.Fprintf(&b, "- %s, %s: %s\n", x.phrase(), x.Arm, n)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -60,10 +65,10 @@ func (r *Report) caption() string {
 	if r.PollSeconds > 0 {
 		timing += fmt.Sprintf(", replica stats reach the placement every %gs", r.PollSeconds)
 	}
-	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d; %s; %s; "+
+	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d%s; %s; %s; "+
 		"TTFT = first streamed token at the client, %s; workload ideal hit rate %s.",
 		r.Mode, r.Replicas, optional(" of "+r.Profile, r.Profile != ""), fmtDur(r.StepSeconds), r.Seed,
-		strings.Join(parts, ", "), timing, r.PercentileMethod, fmtPct(r.WorkloadIdeal))
+		r.workloadPhrase(), strings.Join(parts, ", "), timing, r.PercentileMethod, fmtPct(r.WorkloadIdeal))
 }
 
 // writeTables prints one table of the columns: paired with two arms, one
@@ -78,7 +83,7 @@ func (r *Report) writeTables(b *strings.Builder, columns []column) {
 
 func (r *Report) pairTable(b *strings.Builder, columns []column) {
 	a0, a1 := r.Arms[0], r.Arms[1]
-	b.WriteString("| sessions |")
+	fmt.Fprintf(b, "| %s |", r.stepHead())
 	for _, c := range columns {
 		fmt.Fprintf(b, " %s |", c.head)
 	}
@@ -88,12 +93,12 @@ func (r *Report) pairTable(b *strings.Builder, columns []column) {
 	}
 	b.WriteString("\n")
 	for _, s := range r.Steps {
-		x, ok0 := r.Find(s, a0)
-		y, ok1 := r.Find(s, a1)
+		x, ok0 := r.FindStep(s, a0)
+		y, ok1 := r.FindStep(s, a1)
 		if !ok0 && !ok1 {
 			continue
 		}
-		fmt.Fprintf(b, "| %d |", s)
+		fmt.Fprintf(b, "| %s |", s)
 		for _, c := range columns {
 			fmt.Fprintf(b, " %s → %s |", cellOr(c, x, ok0), cellOr(c, y, ok1))
 		}
@@ -103,7 +108,7 @@ func (r *Report) pairTable(b *strings.Builder, columns []column) {
 }
 
 func (r *Report) longTable(b *strings.Builder, columns []column) {
-	b.WriteString("| sessions | arm |")
+	fmt.Fprintf(b, "| %s | arm |", r.stepHead())
 	for _, c := range columns {
 		fmt.Fprintf(b, " %s |", c.head)
 	}
@@ -114,17 +119,44 @@ func (r *Report) longTable(b *strings.Builder, columns []column) {
 	b.WriteString("\n")
 	for _, s := range r.Steps {
 		for _, a := range r.Arms {
-			x, ok := r.Find(s, a)
+			x, ok := r.FindStep(s, a)
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(b, "| %d | %s |", s, a)
+			fmt.Fprintf(b, "| %s | %s |", s, a)
 			for _, c := range columns {
 				fmt.Fprintf(b, " %s |", c.cell(x))
 			}
 			b.WriteString("\n")
 		}
 	}
+}
+
+// workloadPhrase says which sessions ran, how they arrived and where they
+// compact ("" for the default: the agent workload in a closed loop).
+func (r *Report) workloadPhrase() string {
+	var s string
+	if r.Workload != "" && r.Workload != DefaultShape.Name {
+		s += ", workload " + r.Workload
+	}
+	if len(r.Steps) > 0 && r.Steps[0].Open() {
+		s += ", sessions arriving at random (Poisson)"
+	}
+	if r.Workload == LongShape.Name && r.MaxContext > 0 {
+		s += fmt.Sprintf(", compaction near a %d-token context", r.MaxContext)
+	}
+	return s
+}
+
+// stepHead heads the step column: "sessions" when every step is a plain
+// closed-loop count, "step" otherwise (loads show their sizing).
+func (r *Report) stepHead() string {
+	for _, s := range r.Steps {
+		if s.Open() || s.CacheLoad > 0 {
+			return "step"
+		}
+	}
+	return "sessions"
 }
 
 func cellOr(c column, r Result, ok bool) string {

@@ -9,7 +9,7 @@ import (
 // The columns left out of it are in report.json and report.csv.
 
 const taskTableCaption = "Tasks (a session's turns, first request sent to the last token of its last turn; " +
-	"only sessions that started and finished in the window), first and later turns, live context:"
+	"the sessions that finished within the window), first and later turns, live context:"
 
 var taskColumns = []column{
 	{"tasks done", func(r Result) string { return fmt.Sprint(r.Completed) }},

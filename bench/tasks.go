@@ -31,13 +31,13 @@ type taskView struct {
 	kvCapacity []float64 // per replica, the last capacity read (0: unknown)
 }
 
-func newTaskView(replicas int) taskView {
-	return taskView{started: map[string]float64{}, finished: map[string]float64{}, failed: map[string]bool{},
+func newTaskView(replicas int) *taskView {
+	return &taskView{started: map[string]float64{}, finished: map[string]float64{}, failed: map[string]bool{},
 		kvCapacity: make([]float64, replicas)}
 }
 
 // sessionStarted records that a session sent its first request at
-// (seconds since the window's start).
+// (seconds since the window's start; negative during a warm-up).
 func (t *taskView) sessionStarted(session string, at float64) {
 	if _, ok := t.started[session]; !ok {
 		t.started[session] = at
@@ -45,9 +45,16 @@ func (t *taskView) sessionStarted(session string, at float64) {
 }
 
 // sessionFinished records the last token of a session's last turn at. A
-// session that did not start within the window is not a task of it.
+// task of the window is one that ends within it (at ≥ 0), whenever it
+// started (a warm-up, if any, included); one that ended during the
+// warm-up is forgotten.
 func (t *taskView) sessionFinished(session string, at float64) {
-	if start, ok := t.started[session]; ok {
+	start, ok := t.started[session]
+	switch {
+	case !ok:
+	case at < 0:
+		delete(t.started, session)
+	default:
 		t.finished[session] = at - start
 	}
 }

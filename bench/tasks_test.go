@@ -24,7 +24,7 @@ func TestTaskTimesCountFinishedSessionsAndBoundTheUnfinished(t *testing.T) {
 	r.tasks.sessionFinished("b", 25)
 	r.tasks.sessionFailed("d")
 	r.tasks.sessionFinished("e", 50)
-	res := r.result(4, "x", 100, 0)
+	res := r.result(Step{Sessions: 4}, "x", 100, 0)
 	// Finished 10 and 20: nearest-rank p50 is the lower middle, p95 the top.
 	if res.TaskP50 != 10 || res.TaskP95 != 20 {
 		t.Errorf("task p50 %v p95 %v, want 10 and 20", res.TaskP50, res.TaskP95)
@@ -46,7 +46,7 @@ func TestFirstAndLaterTurnsArePercentiledApart(t *testing.T) {
 	}{{true, 3}, {false, 0.3}, {true, 1}, {false, 0.1}, {false, 5}, {false, 0.2}, {false, math.NaN()}} {
 		r.answered("s", x.first, x.ttft, 100, 0, 10, 0)
 	}
-	res := r.result(1, "x", 60, 0)
+	res := r.result(Step{Sessions: 1}, "x", 60, 0)
 	// first {1, 3}: p50 1, p95 3; later {0.1, 0.2, 0.3, 5}: p50 0.2, p95 5.
 	if res.TTFTFirstP50 != 1 || res.TTFTFirstP95 != 3 || res.TTFTLaterP50 != 0.2 || res.TTFTLaterP95 != 5 {
 		t.Fatalf("first %v/%v later %v/%v, want 1/3 and 0.2/5",
@@ -63,13 +63,13 @@ func TestParkedWaitsIncludeTheStillParkedAtTheirWaitSoFar(t *testing.T) {
 	r.tasks.parkedFor(2, false)
 	r.tasks.parkedFor(10, true) // still parked at the close: 10 s so far
 	r.tasks.parkedFor(4, false)
-	res := r.result(1, "x", 60, 0)
+	res := r.result(Step{Sessions: 1}, "x", 60, 0)
 	// {2, 4, 6, 10}: p50 rank 2 = 4, p95 rank 4 = 10, max 10.
 	if res.Parked != 4 || res.ParkedAtClose != 1 || res.ParkedP50 != 4 || res.ParkedP95 != 10 || res.ParkedMax != 10 {
 		t.Fatalf("parked %d (at close %d) p50 %v p95 %v max %v, want 4 (1), 4, 10, 10",
 			res.Parked, res.ParkedAtClose, res.ParkedP50, res.ParkedP95, res.ParkedMax)
 	}
-	rep := &Report{Arms: []string{"x"}, Steps: []int{1}, Results: []Result{res}}
+	rep := &Report{Arms: []string{"x"}, Steps: Sessions(1), Results: []Result{res}}
 	var b strings.Builder
 	if err := rep.WriteTable(&b); err != nil {
 		t.Fatal(err)
@@ -84,14 +84,14 @@ func TestLiveContextIsTheMeanOverPollsAgainstTheTotalCache(t *testing.T) {
 	r.poll([]*replicaSample{{KVCapacity: 100}, {KVCapacity: 300}})
 	r.tasks.liveContext(200)
 	r.tasks.liveContext(600)
-	res := r.result(1, "x", 60, 0)
+	res := r.result(Step{Sessions: 1}, "x", 60, 0)
 	if res.LiveContext != 400 || res.LiveContextX != 1 {
 		t.Fatalf("live context %v (%vx), want 400 tokens, 1x of 400", res.LiveContext, res.LiveContextX)
 	}
 	r = newRecorder(2)
 	r.poll([]*replicaSample{{KVCapacity: 100}, nil}) // one replica's size unknown
 	r.tasks.liveContext(50)
-	if res := r.result(1, "x", 60, 0); res.LiveContext != 50 || !math.IsNaN(float64(res.LiveContextX)) {
+	if res := r.result(Step{Sessions: 1}, "x", 60, 0); res.LiveContext != 50 || !math.IsNaN(float64(res.LiveContextX)) {
 		t.Fatalf("with a capacity unknown: %v (%vx), want 50 and no ratio", res.LiveContext, res.LiveContextX)
 	}
 	l := liveSet{}
@@ -107,7 +107,7 @@ func TestLiveContextIsTheMeanOverPollsAgainstTheTotalCache(t *testing.T) {
 func TestVirtualRunMeasuresTasksTurnsAndWaitsAtTheWarden(t *testing.T) {
 	const timeout = 40 * time.Second
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
-		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: []int{4, 24}, Duration: 3 * time.Minute,
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(4, 24), Duration: 3 * time.Minute,
 		Arms: mustArms(t, "cost"), FreshReplicas: true, Seed: 3,
 		Admission: agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: timeout},
 	})

@@ -14,11 +14,12 @@ import (
 )
 
 // Tracer receives the virtual runner's raw observations: every poll of
-// every replica and every answered request. The overload study of
-// docs/placement.md is drawn from them (`lmwarden bench --virtual --trace`).
+// every replica and every answered request. The overload study
+// (docs/notes/2026-11-30-overload-and-policy-cost.md) is drawn from them
+// (`lmwarden bench --virtual --trace`).
 type Tracer interface {
 	// Window starts a step-arm window.
-	Window(sessions int, arm string, start time.Time)
+	Window(step Step, arm string, start time.Time)
 	// Poll is one replica's numbers at one poll.
 	Poll(at time.Time, replica int, s sim.Stats)
 	// Request is one request answered within the window.
@@ -56,7 +57,7 @@ func cutRequest(session string, turn int, p agent.Placement, sent time.Time, ttf
 
 // TraceWindow is what a TraceRecorder kept of one window.
 type TraceWindow struct {
-	Sessions int
+	Step
 	Arm      string
 	Start    time.Time
 	Polls    []TracePoll
@@ -83,8 +84,8 @@ type TraceRecorder struct {
 }
 
 // Window implements Tracer.
-func (t *TraceRecorder) Window(sessions int, arm string, start time.Time) {
-	t.Windows = append(t.Windows, &TraceWindow{Sessions: sessions, Arm: arm, Start: start})
+func (t *TraceRecorder) Window(step Step, arm string, start time.Time) {
+	t.Windows = append(t.Windows, &TraceWindow{Step: step, Arm: arm, Start: start})
 }
 
 // Poll implements Tracer.
@@ -117,7 +118,7 @@ func (t *TraceRecorder) current() *TraceWindow {
 // Find returns the window of a step and arm.
 func (t *TraceRecorder) Find(sessions int, arm string) *TraceWindow {
 	for _, w := range t.Windows {
-		if w.Sessions == sessions && w.Arm == arm {
+		if w.Sessions == sessions && !w.Open() && w.Arm == arm {
 			return w
 		}
 	}
@@ -141,7 +142,7 @@ func (t *TraceRecorder) Write(dir string) error {
 		"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s", "cut"}}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, w := range t.Windows {
-		head := []string{strconv.Itoa(w.Sessions), w.Arm}
+		head := []string{w.Step.String(), w.Arm}
 		for _, p := range w.Polls {
 			polls = append(polls, append(append([]string{}, head...), f(p.At), strconv.Itoa(p.Replica),
 				strconv.Itoa(p.Running), strconv.Itoa(p.Waiting), f(p.KVUsage),

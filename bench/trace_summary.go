@@ -25,8 +25,8 @@ func (t *TraceRecorder) WriteSummary(w io.Writer) error {
 	b.WriteString("|---:|---|---:|---:|---|---|---|---|---:|---:|---:|---|---|\n")
 	for _, win := range t.Windows {
 		s := win.summarize()
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %s / %s | %s / %s | %d (%d) | %s | %.0f | %d | %d | %s | %s |\n",
-			win.Sessions, win.Arm, s.requests, s.first, fmtSec(Num(s.firstP50)), fmtSec(Num(s.laterP50)),
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s / %s | %s / %s | %d (%d) | %s | %.0f | %d | %d | %s | %s |\n",
+			win.Step, win.Arm, s.requests, s.first, fmtSec(Num(s.firstP50)), fmtSec(Num(s.laterP50)),
 			fmtSec(Num(s.cutP50)), fmtSec(Num(s.cutP95)), s.cut, s.cutParked, fmtSec(Num(s.parkedP50)),
 			s.recomputed, s.moved, s.preempted, s.queues, s.answered)
 	}
@@ -121,7 +121,7 @@ func (win *TraceWindow) summarize() windowSummary {
 // PlotQueues draws the requests waiting in each replica over a window (running+waiting is flat at the sessions per replica in a closed loop, so the split is what tells).
 func (win *TraceWindow) PlotQueues(path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s, %d sessions: requests waiting in each replica (vLLM queue)", win.Arm, win.Sessions)
+	p.Title.Text = fmt.Sprintf("%s, %s: requests waiting in each replica (vLLM queue)", win.Arm, win.phrase())
 	p.X.Label.Text = "seconds into the window"
 	p.Y.Label.Text = "requests"
 	p.Legend.Top, p.Legend.Left = true, true
@@ -158,7 +158,7 @@ func (win *TraceWindow) PlotQueues(path string) error {
 // time it was sent, first turns apart from later ones.
 func (win *TraceWindow) PlotTTFT(path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s, %d sessions: time to first token of each request", win.Arm, win.Sessions)
+	p.Title.Text = fmt.Sprintf("%s, %s: time to first token of each request", win.Arm, win.phrase())
 	p.X.Label.Text = "sent at, seconds into the window"
 	p.Y.Label.Text = "TTFT, seconds"
 	p.Legend.Top, p.Legend.Left = true, true
@@ -213,7 +213,7 @@ func (t *TraceRecorder) WriteAll(dir string) error {
 		return err
 	}
 	for _, win := range t.Windows {
-		name := fmt.Sprintf("%d_%s.svg", win.Sessions, win.Arm)
+		name := fmt.Sprintf("%s_%s.svg", win.fileLabel(), win.Arm)
 		if err := win.PlotQueues(filepath.Join(dir, "queues_"+name)); err != nil {
 			return err
 		}

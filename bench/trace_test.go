@@ -13,7 +13,7 @@ import (
 func TestAdmissionQueueParksSessionsThatDoNotFitAndTracesTheirWait(t *testing.T) {
 	tr := &TraceRecorder{}
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
-		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: []int{24}, Duration: 90 * time.Second,
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(24), Duration: 90 * time.Second,
 		Arms: mustArms(t, "cost"), FreshReplicas: true, Seed: 1, Trace: tr,
 		Admission: agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: 10 * time.Minute},
 	})

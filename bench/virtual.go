@@ -17,9 +17,13 @@ import (
 type VirtualConfig struct {
 	Profile  sim.Profile
 	Replicas int
-	Steps    []int         // concurrent sessions per step
+	Steps    []Step        // closed-loop sessions, open-loop rates or loads (steps.go)
 	Duration time.Duration // per step and arm, simulated
-	Arms     []Arm
+	// Warmup runs each window's sessions this long before it is measured
+	// (simulated): an open loop then starts from a population in
+	// progress, not from idle replicas.
+	Warmup time.Duration
+	Arms   []Arm
 	// FreshReplicas runs every step and arm on new replicas (policy
 	// comparisons). Otherwise the whole run shares one set of replicas and
 	// one warden, arms back to back, as the reference A/B did.
@@ -37,6 +41,9 @@ type VirtualConfig struct {
 	Admission agent.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape
+	// MaxContext is the model's context in tokens, where sessions that
+	// compact do (zero: the profile's ContextLimit).
+	MaxContext int
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -51,14 +58,27 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.MaxContext <= 0 {
+		cfg.MaxContext = cfg.Profile.ContextLimit()
+	}
 	wall := time.Now()
 	w := NewWorkloadShape(cfg.Seed, cfg.Workload)
+	if err := w.checkContext(cfg.MaxContext); err != nil {
+		return nil, err
+	}
+	steps, notes, err := ResolveSteps(cfg.Steps, w, cfg.Profile, cfg.Replicas, cfg.MaxContext)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Steps = steps
 	rep := &Report{
 		Mode: "virtual", Profile: cfg.Profile.Name, Replicas: cfg.Replicas, LBStats: cfg.LBStats.String(),
 		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),
-		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(64)),
-		PercentileMethod: PercentileMethod, Started: wall.UTC(),
+		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(w.sampleSize(), cfg.MaxContext)),
+		PercentileMethod: PercentileMethod, Started: wall.UTC(), Workload: w.Shape.Name, MaxContext: cfg.MaxContext,
+		StepNotes: notes,
 	}
+	perSession := w.meanRequests(cfg.MaxContext)
 	for _, a := range cfg.Arms {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
@@ -77,6 +97,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 				}
 			}
 			cfg.Progress.Begin(step, arm.Name)
+			world.perSession = perSession
 			res, err := world.runArm(ctx, w, textVariant(si, ai), step, arm)
 			if err != nil {
 				return nil, err
@@ -104,14 +125,16 @@ func (cfg *VirtualConfig) check() error {
 		return fmt.Errorf("%w: no steps", ErrBadConfig)
 	case cfg.Duration <= 0:
 		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case cfg.Warmup < 0:
+		return fmt.Errorf("%w: warm-up %v", ErrBadConfig, cfg.Warmup)
 	case len(cfg.Arms) == 0:
 		return fmt.Errorf("%w: no arms", ErrBadConfig)
 	case cfg.Profile.Name == "":
 		return fmt.Errorf("%w: no profile", ErrBadConfig)
 	}
 	for _, s := range cfg.Steps {
-		if s < 1 {
-			return fmt.Errorf("%w: step of %d sessions", ErrBadConfig, s)
+		if s.CacheLoad <= 0 && !s.sized() {
+			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
 		}
 	}
 	return nil
@@ -128,13 +151,15 @@ func summary(r Result) string {
 // virtualWorld is one set of simulated replicas and the warden's placement
 // state in front of them, with a poller on the virtual clock.
 type virtualWorld struct {
-	cfg    VirtualConfig
-	v      *sim.Virtual
-	model  *agent.Model
-	rec    *recorder     // the window being measured, nil between windows
-	live   liveSet       // the window's live sessions' context (tasks.go)
-	parked []*parkedTurn // requests waiting at the warden (virtual_admission.go)
-	nextID uint64
+	cfg   VirtualConfig
+	v     *sim.Virtual
+	model *agent.Model
+	rec   *recorder // the window being measured, nil between windows
+	live  liveSet   // the window's live sessions' context (tasks.go)
+	// perSession is the workload's mean requests a session (sessions/h).
+	perSession float64
+	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
+	nextID     uint64
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
@@ -229,24 +254,40 @@ type flight struct {
 	place   agent.Placement
 }
 
-// runArm plays one window: sessions sessions in a closed loop for the
-// configured duration, then aborts whatever is still in flight.
-func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, sessions int, arm Arm) (Result, error) {
+// runArm plays one window for the configured duration: step.Sessions
+// sessions in a closed loop, or sessions arriving at step.PerMin a minute;
+// then aborts whatever is still in flight.
+func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
 	w.model.SetAffinity(arm.Affinity)
 	if err := w.model.SetPolicy(arm.Policy); err != nil {
 		return Result{}, err
 	}
 	w.drain()
-	start := w.v.Now()
+	begin := w.v.Now()               // the sessions start here
+	start := begin.Add(w.cfg.Warmup) // the measured window starts here
 	end := start.Add(w.cfg.Duration)
+	window := newRecorder(w.cfg.Replicas)
+	window.requestsPerSession = w.perSession
+	// During a warm-up the requests go to a recorder that is thrown away;
+	// the sessions' starts, kept in the tasks both share, stay.
 	rec := newRecorder(w.cfg.Replicas)
-	w.rec = rec
+	rec.tasks = window.tasks
 	w.live = liveSet{}
 	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
-	if w.cfg.Trace != nil {
-		w.cfg.Trace.Window(sessions, arm.Name, start)
+	measure := func() {
+		rec = window
+		w.rec = window
+		if w.cfg.Trace != nil {
+			w.cfg.Trace.Window(step, arm.Name, start)
+		}
+		w.observe() // a sample at the window's start: counters' baseline
 	}
-	w.observe() // a sample at the window's start: counters' baseline
+	if w.cfg.Warmup > 0 {
+		w.rec = nil
+		w.v.At(start, measure)
+	} else {
+		measure()
+	}
 	sys := wl.SystemSectionTokens()
 
 	open := true
@@ -254,10 +295,17 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	nextSession := 0
 	var startSession func(at time.Time)
 	var sendTurn func(c *Conversation, prev []uint32, reused int)
-	var submitTurn func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
+	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
+	// ended: a session finished or failed; a closed loop replaces it.
+	ended := func(at time.Time) {
+		if !step.Open() {
+			startSession(at)
+		}
+	}
 
 	startSession = func(at time.Time) {
 		c := NewConversation(wl.SessionVariant(nextSession, variant))
+		c.Limit = w.cfg.MaxContext
 		nextSession++
 		w.v.At(at.Add(c.Session.Pauses[0]), func() { sendTurn(c, nil, sys) })
 	}
@@ -265,17 +313,20 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		if !open {
 			return
 		}
-		msgs := c.Next()
-		prompt := nextPrompt(wl.System, prev, msgs)
+		req := c.NextRequest()
+		prompt := nextPrompt(wl.System, prev, req.Messages)
+		if req.Fresh {
+			reused = sys // a fresh history shares only the system prompt
+		}
 		sent := w.v.Now()
-		if c.Turn == 0 {
+		if req.First {
 			rec.tasks.sessionStarted(c.Session.ID, since(sent))
 		}
 		w.live.set(c.Session.ID, len(prompt))
-		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, msgs), Now: sent}, c.Turn,
-			func(p agent.Placement, err error) { submitTurn(c, prompt, reused, sent, p, err) })
+		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, req.Messages), Now: sent}, c.Turn,
+			func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, p, err) })
 	}
-	submitTurn = func(c *Conversation, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
+	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
 		parked := w.v.Now().Sub(sent).Seconds()
 		if parked > 0 {
 			rec.tasks.parkedFor(parked, false)
@@ -284,7 +335,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 			rec.failed("placement", false, err)
 			rec.tasks.sessionFailed(c.Session.ID)
 			w.live.end(c.Session.ID)
-			startSession(w.v.Now()) // the session ends; a new one takes its slot
+			ended(w.v.Now())
 			return
 		}
 		rec.placed(c.Session.ID, p.Replica)
@@ -293,7 +344,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		ttft := nanSec
 		inFlight[id] = flight{replica: p.Replica, place: p}
 		w.v.Submit(p.Replica, &sim.Request{
-			ID: id, Prompt: prompt, MaxTokens: c.Session.MaxTokens[c.Turn],
+			ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
 			OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
 			OnDone: func(at time.Time, r sim.Result) {
 				delete(inFlight, id)
@@ -301,7 +352,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 				w.wakeParked()
 				if !open {
 					rec.cut++
-					if w.cfg.Trace != nil {
+					if w.cfg.Trace != nil && rec == window {
 						w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, p, sent, ttft, at, parked))
 					}
 					return
@@ -310,22 +361,25 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 					rec.failed("replica: "+r.Err.Error(), false, r.Err)
 					rec.tasks.sessionFailed(c.Session.ID)
 					w.live.end(c.Session.ID)
-					startSession(at)
+					ended(at)
 					return
 				}
 				w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
-				rec.answered(c.Session.ID, c.Turn == 0, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
-				if w.cfg.Trace != nil {
+				rec.answered(c.Session.ID, req.First, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
+				if w.cfg.Trace != nil && rec == window {
 					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
 						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
 						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Parked: parked})
 				}
-				c.Reply(r.OutputText)
+				if req.Compaction {
+					rec.compactions++
+				}
+				c.Answer(r.OutputText, r.PromptTokens, r.OutputTokens)
 				if c.Done() {
 					rec.completed++
 					rec.tasks.sessionFinished(c.Session.ID, since(at))
 					w.live.end(c.Session.ID)
-					startSession(at)
+					ended(at)
 					return
 				}
 				next := len(prompt) + r.OutputTokens
@@ -334,17 +388,23 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		})
 	}
 
-	for range sessions {
-		startSession(start)
+	if step.Open() {
+		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
+			w.v.At(begin.Add(at), func() { startSession(w.v.Now()) })
+		}
+	} else {
+		for slot := range step.Sessions {
+			w.v.At(begin.Add(wl.StartOffset(slot)), func() { startSession(w.v.Now()) })
+		}
 	}
 	const slice = 5 * time.Second
-	for t := start; t.Before(end); {
+	for t := begin; t.Before(end); {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
 		}
 		t = minTime(t.Add(slice), end)
 		w.v.RunUntil(t)
-		w.cfg.Progress.Update(t.Sub(start).Seconds() / w.cfg.Duration.Seconds())
+		w.cfg.Progress.Update(t.Sub(begin).Seconds() / end.Sub(begin).Seconds())
 	}
 	w.observe() // the window's closing sample
 	open = false
@@ -353,7 +413,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
 	}
 	w.rec = nil
-	return rec.result(sessions, arm.Name, w.cfg.Duration.Seconds(), sys), nil
+	return window.result(step, arm.Name, w.cfg.Duration.Seconds(), sys), nil
 }
 
 var nanSec = math.NaN()

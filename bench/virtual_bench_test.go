@@ -11,7 +11,7 @@ import (
 // wall time on a 2-core machine. Reported per run, with requests/s of wall.
 func BenchmarkVirtualReferenceRun(b *testing.B) {
 	cfg := VirtualConfig{
-		Profile: mustProfile(b, "a4000-qwen3-4b"), Replicas: 4, Steps: []int{4, 8, 16, 24, 32},
+		Profile: mustProfile(b, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(4, 8, 16, 24, 32),
 		Duration: 3 * time.Minute, Arms: mustArms(b, "off,on"), Seed: 1,
 	}
 	requests := 0

@@ -30,7 +30,25 @@ const (
 	sessionSeedSalt  = 0x5e55_10f0_0000_0001
 	systemPromptSalt = 0x5157_e000_0000_0002
 	sessionTextSalt  = 0x7e47_0000_0000_0003
+	startOffsetSalt  = 0x57a7_0000_0000_0004
+	toolTimeSalt     = 0x7001_0000_0000_0005
 )
+
+// StartSpread is how far apart a window's first sessions start: each slot's
+// first session begins at its own offset, uniform over this span (about
+// one turn of an 11k-token session: a cold prefill and a reply). Started
+// together, sessions of similar turns would finish their turns in the same
+// order round after round, and a round robin over the replicas would send
+// each session back to the same replica every turn: accidental stickiness
+// (aliasing) that no real client population has.
+const StartSpread = 10 * time.Second
+
+// StartOffset is when slot's first session starts after its window opens,
+// drawn from the seed and the slot (the same for every arm and policy).
+func (w *Workload) StartOffset(slot int) time.Duration {
+	r := rand.New(rand.NewPCG(w.Seed^startOffsetSalt, uint64(slot)))
+	return time.Duration(r.Int64N(int64(StartSpread)))
+}
 
 // Workload is the seeded generator of sessions. Session i depends only on
 // the seed and i, so every arm and policy of a run draws the same sessions in
@@ -53,15 +71,20 @@ func NewWorkload(seed uint64) *Workload {
 // turn) and the client's pause after each turn. The assistant replies are
 // not part of it: they are whatever the replica generated, resent as history.
 type Session struct {
-	Index  int
-	ID     string // a UUID, sent as X-Claude-Code-Session-Id
-	Users  []string
-	Pauses []time.Duration // Pauses[k] is the wait before turn k (k = 0: before the first)
+	Index int
+	ID    string // a UUID, sent as X-Claude-Code-Session-Id
+	Users []string
+	// Pauses[k] is the wait before turn k: the client's pause, and for
+	// later turns the agent's tool time (k = 0: before the first)
+	Pauses []time.Duration
 	// MaxTokens[k] is turn k's max_tokens: at most MaxOutputTokens, drawn
 	// from MinOutputTokens up. The simulator (like a model that never stops
 	// early) generates exactly that many, so the spread is what keeps
 	// sessions' turns from ending in the same order round after round.
 	MaxTokens []int
+	// Summaries are the max_tokens of the session's compaction requests,
+	// in order (compaction.go); nil: the session never compacts.
+	Summaries []int
 }
 
 // Session returns session i of the workload (text variant 0).
@@ -74,6 +97,9 @@ func (w *Workload) Session(i int) *Session { return w.SessionVariant(i, 0) }
 // but cannot hit the first arm's cache of the very same conversations, a
 // head start the first arm never had. The system prompt is the same for all.
 func (w *Workload) SessionVariant(i int, variant uint64) *Session {
+	if w.Shape.session != nil {
+		return w.Shape.session(w, i, variant)
+	}
 	shape := rand.New(rand.NewPCG(w.Seed^sessionSeedSalt, uint64(i)))
 	txt := rand.New(rand.NewPCG(w.Seed^sessionTextSalt^(variant*0x9e3779b97f4a7c15), uint64(i)))
 	s := &Session{Index: i, ID: uuid(txt)}
@@ -86,8 +112,18 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 		n := w.Shape.FollowUpTokens - w.Shape.FollowUpJitter + shape.IntN(2*w.Shape.FollowUpJitter+1)
 		s.Users = append(s.Users, text(txt, n))
 	}
+	tools := rand.New(rand.NewPCG(w.Seed^toolTimeSalt, uint64(i)))
 	for k := 0; k < TurnsPerSession; k++ {
-		s.Pauses = append(s.Pauses, PauseMin+time.Duration(shape.Int64N(int64(PauseMax-PauseMin))))
+		pause := PauseMin + time.Duration(shape.Int64N(int64(PauseMax-PauseMin)))
+		if k > 0 {
+			// the agent runs the tools the reply asked for: the long
+			// workload's tool time (log-uniform 0.1-20 s, median 1.4 s).
+			// Turns of one session then take differing times, so sessions
+			// overtake one another and a round robin does not keep
+			// sending each back to one replica.
+			pause += time.Duration(logUniform(tools, int(ToolPauseMin/time.Millisecond), int(ToolPauseMax/time.Millisecond))) * time.Millisecond
+		}
+		s.Pauses = append(s.Pauses, pause)
 	}
 	for k := 0; k < TurnsPerSession; k++ {
 		s.MaxTokens = append(s.MaxTokens, MinOutputTokens+shape.IntN(MaxOutputTokens-MinOutputTokens+1))
@@ -101,6 +137,10 @@ type Conversation struct {
 	Session *Session
 	Turn    int // index of the next turn to send
 	History []sim.Message
+	// Limit is the model's context in tokens, for compaction (0: never;
+	// compaction.go).
+	Limit   int
+	compact compactState
 }
 
 // NewConversation starts a session at its first turn.
@@ -120,7 +160,7 @@ func (c *Conversation) Reply(text string) {
 }
 
 // Done says whether every turn has been answered.
-func (c *Conversation) Done() bool { return c.Turn >= len(c.Session.Users) }
+func (c *Conversation) Done() bool { return c.Turn >= len(c.Session.Users) && !c.compact.compacting }
 
 // words are the pieces generated text is made of; each is exactly
 // sim.BytesPerToken bytes, so text(r, n) is exactly n tokens.

@@ -9,6 +9,11 @@ type WorkloadShape struct {
 	FirstUserMin, FirstUserMax int // the first user message, unique to the session
 	FollowUpTokens             int // each later user message
 	FollowUpJitter             int
+
+	// session and plan, when set, draw the shape's sessions and their
+	// sizes instead of the six-turn generator (workload_long.go).
+	session func(w *Workload, i int, variant uint64) *Session
+	plan    func(w *Workload, i int) sessionPlan
 }
 
 // The workloads `lmwarden bench --workload` knows.
@@ -24,14 +29,14 @@ var (
 		FollowUpTokens: 2000, FollowUpJitter: 100}
 )
 
-// ParseWorkload returns the named shape: agent or big.
+// ParseWorkload returns the named shape: agent, big or long.
 func ParseWorkload(name string) (WorkloadShape, error) {
-	for _, s := range []WorkloadShape{DefaultShape, BigShape} {
+	for _, s := range []WorkloadShape{DefaultShape, BigShape, LongShape} {
 		if s.Name == name {
 			return s, nil
 		}
 	}
-	return WorkloadShape{}, fmt.Errorf("%w: workload %q (want agent or big)", ErrBadConfig, name)
+	return WorkloadShape{}, fmt.Errorf("%w: workload %q (want agent, big or long)", ErrBadConfig, name)
 }
 
 // NewWorkloadShape is NewWorkload with another shape (zero: the default).

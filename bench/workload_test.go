@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -17,6 +18,8 @@ func TestGeneratorTokenCountsMatchSpecWithinFivePercent(t *testing.T) {
 	if n := sim.TokenCount(w.System); !within5(float64(n), SystemTokens) {
 		t.Errorf("system prompt: %d tokens, want about %d", n, SystemTokens)
 	}
+	var tools time.Duration
+	later := 0
 	for i := range 200 {
 		s := w.Session(i)
 		if len(s.Users) != TurnsPerSession {
@@ -31,8 +34,12 @@ func TestGeneratorTokenCountsMatchSpecWithinFivePercent(t *testing.T) {
 			}
 		}
 		for k, p := range s.Pauses {
-			if p < PauseMin || p >= PauseMax {
-				t.Errorf("session %d pause %d = %v, want tens of ms", i, k, p)
+			if p < PauseMin || k == 0 && p >= PauseMax {
+				t.Errorf("session %d pause %d = %v, want tens of ms (and tool time after the first turn)", i, k, p)
+			}
+			if k > 0 {
+				tools += p - PauseMin
+				later++
 			}
 		}
 		for k, n := range s.MaxTokens {
@@ -40,6 +47,10 @@ func TestGeneratorTokenCountsMatchSpecWithinFivePercent(t *testing.T) {
 				t.Errorf("session %d turn %d: max_tokens %d, want at most 256", i, k, n)
 			}
 		}
+	}
+	// log-uniform tool time over 0.1-20 s: mean (20-0.1)/ln(200) = 3.76 s
+	if mean := tools / time.Duration(later); mean < 3400*time.Millisecond || mean > 4100*time.Millisecond {
+		t.Errorf("mean tool time %v, want about 3.8 s", mean)
 	}
 }
 
@@ -117,7 +128,7 @@ func TestIdealHitRateCountsEachTokenOncePerSession(t *testing.T) {
 		t.Fatalf("ideal of nothing = %v", got)
 	}
 	// The workload's own ideal: most of every prompt is history.
-	if got := NewWorkload(1).IdealHitRate(20); got < 0.80 || got > 0.90 {
+	if got := NewWorkload(1).IdealHitRate(20, 0); got < 0.80 || got > 0.90 {
 		t.Fatalf("workload ideal = %.3f, want about 0.85", got)
 	}
 }

@@ -146,6 +146,7 @@ type LmwardenSockState struct {
 	Fr            LmwardenFrame
 	HeadLen       uint64
 	ContentLength uint64
+	FirstNs       uint64
 	Gen           uint32
 	Armed         uint32
 	Status        uint32

@@ -432,6 +432,8 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->head_flags = w->hflags;
 		st->content_length = w->cl;
 	}
+	if (st->redirected == 0)
+		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
 	st->seen = o + e;
 	st->redirected += e;

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
@@ -40,6 +41,11 @@ type MsgPath struct {
 
 	mu     sync.Mutex
 	noPair map[string]bool // replica addresses already reported as unpaired
+
+	// clock maps the kernel's CLOCK_MONOTONIC (sock_state.first_ns) to
+	// wall time: both readings taken together at the start.
+	clockAt time.Time
+	clockNs int64
 }
 
 // pairWait bounds how long the arm of a fresh upstream connection waits
@@ -54,8 +60,22 @@ func NewMsgPath(st *maps.State, log *slog.Logger) *MsgPath {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &MsgPath{st: st, counters: newCounters(st), ends: endWaiters{st: st}, user: l7.NewUserPath(),
+	k := &MsgPath{st: st, counters: newCounters(st), ends: endWaiters{st: st}, user: l7.NewUserPath(),
 		log: log, sndbuf: clientSendBuffer(), noPair: map[string]bool{}}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+		k.clockAt, k.clockNs = time.Now(), ts.Nano()
+	}
+	return k
+}
+
+// kernelTime is the time of a kernel CLOCK_MONOTONIC reading (zero if
+// there is none).
+func (k *MsgPath) kernelTime(ns uint64) time.Time {
+	if ns == 0 || k.clockAt.IsZero() {
+		return time.Time{}
+	}
+	return k.clockAt.Add(time.Duration(int64(ns) - k.clockNs))
 }
 
 // Name implements l7.Datapath.

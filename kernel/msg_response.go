@@ -136,6 +136,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 				return nil, false, err
 			}
 			resp := carriedHead(st)
+			x.FirstByteAt = k.kernelTime(st.FirstNs)
 			x.BodyBytesDown += int64(ev.Bytes - st.HeadLen)
 			stopped = true
 			clean := w.stop()
@@ -162,6 +163,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 				// then stopped (credit, framing): the shim goes on
 				// from where it stopped.
 				resp := carriedHead(st)
+				x.FirstByteAt = k.kernelTime(st.FirstNs)
 				x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
 				stopped = true
 				n, err := finishInUser(x, w, frameFromKernel(st.Fr), r)
@@ -178,6 +180,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 				// A body delimited by the close: the replica's last
 				// send completed, carried bytes included, before its FIN.
 				resp := carriedHead(st)
+				x.FirstByteAt = k.kernelTime(st.FirstNs)
 				x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
 				return resp, true, nil
 			case errors.Is(r.err, io.EOF):

@@ -14,7 +14,7 @@ var (
 	descShimHeads = prometheus.NewDesc("lmwarden_shim_requests_total",
 		"Request heads read and handed to placement.", []string{"model"}, nil)
 	descShimAnswered = prometheus.NewDesc("lmwarden_shim_answered_total",
-		"Error responses the shim answered itself (400 malformed, 408 slow, 431 oversized head, 502 bad gateway, 503 no healthy replica, 504 replica timeout).",
+		"Error responses the shim answered itself (400 malformed, 408 slow, 431 oversized head, 502 bad gateway, 503 no healthy replica, 504 replica timeout, 505 HTTP version).",
 		[]string{"model", "code"}, nil)
 	descDatapathBytes = prometheus.NewDesc("lmwarden_datapath_bytes_total",
 		"Body bytes relayed per replica by the datapath (direction up: client to replica; down: replica to client).",
@@ -35,6 +35,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDatapathBytes
 }
 
+// answeredCodes are the statuses the shim answers itself; each has a
+// series from the start (zero until it happens), so that rate() and
+// alerts see it before the first one.
+var answeredCodes = []int{400, 408, 431, 502, 503, 504, 505}
+
+// replicaCounter is implemented by *agent.Model.
+type replicaCounter interface{ Replicas() int }
+
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[*UserPath]bool{}
@@ -43,7 +51,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		st := s.Stats()
 		ch <- prometheus.MustNewConstMetric(descShimConns, prometheus.CounterValue, float64(st.Connections), model)
 		ch <- prometheus.MustNewConstMetric(descShimHeads, prometheus.CounterValue, float64(st.Requests), model)
+		codes := map[int]uint64{}
+		for _, code := range answeredCodes {
+			codes[code] = 0
+		}
 		for code, n := range st.Answered {
+			codes[code] = n
+		}
+		for code, n := range codes {
 			ch <- prometheus.MustNewConstMetric(descShimAnswered, prometheus.CounterValue, float64(n), model, strconv.Itoa(code))
 		}
 		u, ok := s.dp.(*UserPath)
@@ -51,7 +66,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[u] = true
-		for k, b := range u.Counts() {
+		counts := u.Counts()
+		// Every replica of every model this datapath serves, from the start.
+		for _, o := range c.shims {
+			if o.dp != s.dp {
+				continue
+			}
+			if rc, ok := o.placer.(replicaCounter); ok {
+				for i := range rc.Replicas() {
+					k := ReplicaKey{Model: o.placer.Name(), Replica: i}
+					if _, ok := counts[k]; !ok {
+						counts[k] = ByteCounts{}
+					}
+				}
+			}
+		}
+		for k, b := range counts {
 			r := strconv.Itoa(k.Replica)
 			ch <- prometheus.MustNewConstMetric(descDatapathBytes, prometheus.CounterValue, float64(b.Up), k.Model, r, "up", u.Name())
 			ch <- prometheus.MustNewConstMetric(descDatapathBytes, prometheus.CounterValue, float64(b.Down), k.Model, r, "down", u.Name())

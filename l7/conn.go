@@ -22,6 +22,10 @@ type Conn struct {
 	// datapath keeps the socket's cookie and state there); the shim never
 	// reads it.
 	Datapath any
+	// stampRead asks the next read that brings bytes to note its time in
+	// readAt (the first body byte after a response head; see forward.go).
+	stampRead bool
+	readAt    time.Time
 }
 
 // NewConn wraps a TCP connection with an empty pending buffer.
@@ -70,6 +74,9 @@ func (c *Conn) Fill() error {
 	n, err := c.TCPConn.Read(c.buf[len(c.Pending):])
 	c.Pending = c.buf[:len(c.Pending)+n]
 	if n > 0 {
+		if c.stampRead {
+			c.stampRead, c.readAt = false, time.Now()
+		}
 		return nil
 	}
 	if err == nil {

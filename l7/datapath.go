@@ -18,6 +18,10 @@ type Exchange struct {
 	// write) before giving up with a timeout error; it renews on progress.
 	Idle time.Duration
 
+	// FirstByteAt: when the first response byte went to the client, set
+	// by a datapath that carried the response itself (ResponseCarrier).
+	FirstByteAt time.Time
+
 	// Filled in by the datapath: body bytes it moved each way.
 	BodyBytesUp, BodyBytesDown int64
 
@@ -27,6 +31,9 @@ type Exchange struct {
 	// parked: how long admission kept the request waiting at the warden
 	// (0: not at all); the client's response head says it (ParkedHeader).
 	parked time.Duration
+	// headAt: when the response head was read (time to first byte, when
+	// no body byte is seen later).
+	headAt time.Time
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The

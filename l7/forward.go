@@ -71,6 +71,9 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 			status = 0
 		}
 	}
+	if err == nil {
+		s.observe(x, start, time.Now())
+	}
 	if err != nil {
 		if up != nil {
 			up.Close()
@@ -289,12 +292,25 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		resp.Reusable = false // the rest of the request never went there
 	}
 	if carried {
+		// The kernel sent the first byte; the datapath says when.
+		x.headAt = x.FirstByteAt
+		if x.headAt.IsZero() {
+			x.headAt = time.Now()
+		}
 		if watch.stop() {
 			return 0, errClientGone
 		}
 		return 0, nil
 	}
 	dechunk := dechunked(h, resp)
+	// The first body byte: with the head, or the next read that brings
+	// one (a streamed response's first event) when the shim relays the
+	// body itself. A kernel datapath reads only what its verdict passes
+	// (a response's tail, say), so its reads say nothing of the first
+	// byte: the head's time stands there.
+	_, userPath := s.dp.(*UserPath)
+	x.headAt = time.Now()
+	x.Upstream.stampRead, x.Upstream.readAt = len(x.Upstream.Pending) == 0 && (userPath || dechunk), time.Time{}
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
 	if err := watch.writeHead(s.opts.BodyTimeout, withParked(clientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
 		watch.stop()
@@ -366,6 +382,30 @@ func (s *Shim) awaitResponse(x *Exchange, watch *clientWatch, armed bool) (*Resp
 	}
 	resp, err := s.readResponseHead(x, watch)
 	return resp, false, err
+}
+
+// responseObserver is implemented by *agent.Model: it keeps the time to
+// first byte and duration histograms (lmwarden_*_seconds).
+type responseObserver interface {
+	ObserveResponse(agent.ResponseTiming, time.Time)
+}
+
+// observe hands the timings of an exchange relayed to its end to the
+// placer, when it keeps them.
+func (s *Shim) observe(x *Exchange, start, end time.Time) {
+	o, ok := s.placer.(responseObserver)
+	if !ok || x.Response == nil {
+		return
+	}
+	first := x.headAt
+	if x.Upstream.stampRead {
+		x.Upstream.stampRead = false // nothing was read: the head's time stands
+	} else if !x.Upstream.readAt.IsZero() {
+		first = x.Upstream.readAt
+	}
+	o.ObserveResponse(agent.ResponseTiming{
+		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked,
+	}, end)
 }
 
 // withLength is h with the Content-Length the datapath still has to move

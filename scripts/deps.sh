@@ -3,9 +3,12 @@
 # works on a fresh Debian 12 machine (the README's promise) and is cheap on a
 # machine that already has everything.
 #   - Debian packages: bpftool (map inspection in BPF tests), chromium (the
-#     dashboard's browser test), iproute2.
+#     dashboard's browser test), prometheus (promtool and the server: the
+#     alert rules and the Grafana dashboard in deploy/), iproute2.
 #   - npm packages: the official clients (@anthropic-ai/sdk, openai) that the
-#     client-compatibility tests run unmodified, into scripts/clients.
+#     client-compatibility tests run unmodified, and the Claude Code CLI
+#     (@anthropic-ai/claude-code, a pinned version: its native binary comes
+#     as an optional per-platform package), into scripts/clients.
 #   - bpffs at /sys/fs/bpf when running as root.
 # Go modules come through `go test` itself.
 set -euo pipefail
@@ -15,6 +18,9 @@ need=()
 command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# promtool (alert rules) and the Prometheus server (the Grafana dashboard's
+# queries against real scrapes) come in one Debian package.
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need+=(prometheus)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
@@ -32,7 +38,9 @@ if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/fs/bpf 2>/dev/null; then
 fi
 
 if command -v npm >/dev/null 2>&1 && [ -f scripts/clients/package.json ]; then
-	if [ ! -d scripts/clients/node_modules/@anthropic-ai/sdk ] || [ ! -d scripts/clients/node_modules/openai ]; then
+	if [ ! -d scripts/clients/node_modules/@anthropic-ai/sdk ] || [ ! -d scripts/clients/node_modules/openai ] ||
+		[ ! -x scripts/clients/node_modules/.bin/claude ] ||
+		! grep -q '"version": "2.1.332"' scripts/clients/node_modules/@anthropic-ai/claude-code/package.json 2>/dev/null; then
 		echo "deps: npm install in scripts/clients"
 		(cd scripts/clients && npm install --no-audit --no-fund --loglevel=error)
 	fi

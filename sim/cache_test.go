@@ -43,7 +43,7 @@ func TestPrefixPushedOutBeyondCapacityMisses(t *testing.T) {
 	v.Submit(0, r)
 	runIdle(t, v)
 	// other prompts, one after another, worth more than the whole cache
-	for i, total := 0, 0; total <= p.KVCapacityTokens; i++ {
+	for i, total := 0, 0; total <= p.KVTokens(); i++ {
 		o := RenderPrompt("", []Message{{Role: "user", Content: textOf(string(rune('b'+i)), 8000)}})
 		r, _ := newReq(uint64(10+i), o, 4)
 		v.Submit(0, r)

@@ -9,7 +9,7 @@ import (
 
 // TestDocsHoldTheCodesOwnCalibration keeps docs/sim.md's calibration table
 // equal to what the engine computes (regenerate with
-// `lmwarden sim --calibrate`).
+// `lmwarden sim --print-calibration`).
 func TestDocsHoldTheCodesOwnCalibration(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "sim.md"))
 	if err != nil {

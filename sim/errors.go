@@ -5,6 +5,7 @@ import "errors"
 // Sentinel errors of the simulator.
 var (
 	ErrUnknownProfile = errors.New("sim: unknown profile")
+	ErrBadProfile     = errors.New("sim: bad profile")
 	ErrAborted        = errors.New("sim: request aborted")
 	ErrPromptTooLong  = errors.New("sim: prompt longer than the model's context")
 	ErrEmptyPrompt    = errors.New("sim: empty prompt")

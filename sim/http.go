@@ -103,7 +103,9 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 
 	out := newResponder(kind, req, id, len(prompt), plan, !s.cfg.NoPromptTokensDetails)
 	if req.stream {
-		s.stream(w, r, sink, out, replica, id)
+		if s.stream(w, r, sink, out, replica, id) {
+			s.observe(replica, kind, req, out, sink.result())
+		}
 		return
 	}
 	select {
@@ -119,6 +121,31 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out.whole(res))
+	s.observe(replica, kind, req, out, res)
+}
+
+// observe tells ServerConfig.OnRequest about an answered request.
+func (s *Servers) observe(replica int, kind apiKind, req *parsedRequest, out *responder, res Result) {
+	if s.cfg.OnRequest == nil || res.Err != nil {
+		return
+	}
+	rec := RequestRecord{Replica: replica, Model: req.model, Stream: req.stream,
+		PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens}
+	switch kind {
+	case apiAnthropic:
+		rec.API = "anthropic"
+		rec.StopReason, _ = out.anthropicStop(res)
+	case apiChat:
+		rec.API = "chat"
+		rec.StopReason = out.openAIFinish(res)
+	default:
+		rec.API = "completions"
+		rec.StopReason = res.FinishReason
+	}
+	if out.plan.complete(res) {
+		rec.ToolCall = out.plan.call.name
+	}
+	s.cfg.OnRequest(rec)
 }
 
 // fitContext checks the prompt and max_tokens against the context as vLLM's
@@ -139,8 +166,9 @@ func fitContext(req *parsedRequest, prompt, limit int) error {
 }
 
 // stream writes SSE events as tokens come, gathering them for flushInterval
-// between writes, and aborts the request when the client goes away.
-func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink, out *responder, replica int, id uint64) {
+// between writes, and aborts the request when the client goes away. It
+// reports whether the whole response went out.
+func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink, out *responder, replica int, id uint64) bool {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -163,7 +191,7 @@ func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink
 				continue
 			case <-ctx.Done():
 				abort()
-				return
+				return false
 			}
 		}
 		buf = buf[:0]
@@ -177,20 +205,20 @@ func (s *Servers) stream(w http.ResponseWriter, r *http.Request, sink *tokenSink
 			if !done {
 				abort()
 			}
-			return
+			return false
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
 		if done {
-			return
+			return res.Err == nil
 		}
 		timer.Reset(flushInterval)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			abort()
-			return
+			return false
 		}
 	}
 }

@@ -19,12 +19,17 @@ const (
 	metricGenerationTokens = "vllm:generation_tokens_total"
 	metricPreemptions      = "vllm:num_preemptions_total"
 	metricTTFT             = "vllm:time_to_first_token_seconds"
+	metricITL              = "vllm:inter_token_latency_seconds"
 	metricCacheConfig      = "vllm:cache_config_info"
 )
 
 // ttftBuckets are vLLM's buckets for time to first token.
 var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
 	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+
+// itlBuckets are vLLM's buckets for the time between output tokens.
+var itlBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 
 var engineLabels = []string{"model_name", "engine"}
 
@@ -59,14 +64,17 @@ func newReplicaRegistry(p *pacer, model string, profile Profile, replicas []int,
 	ttft := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: metricTTFT, Help: "Histogram of time to first token in seconds.", Buckets: ttftBuckets,
 	}, engineLabels)
+	itl := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: metricITL, Help: "Histogram of inter-token latency in seconds.", Buckets: itlBuckets,
+	}, engineLabels)
 	p.read(func(v *Virtual) {
 		for k, i := range replicas {
-			obs := ttft.WithLabelValues(model, labels[k])
-			v.engines[i].onTTFT = obs.Observe
+			v.engines[i].onTTFT = ttft.WithLabelValues(model, labels[k]).Observe
+			v.engines[i].onITL = itl.WithLabelValues(model, labels[k]).Observe
 		}
 	})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, ttft)
+	reg.MustRegister(c, ttft, itl)
 	return reg
 }
 
@@ -100,7 +108,8 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.generation, prometheus.CounterValue, float64(st.GenerationTokens), l...)
 		ch <- prometheus.MustNewConstMetric(c.preemption, prometheus.CounterValue, float64(st.Preemptions), l...)
 		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
-			strconv.Itoa(c.profile.BlockSize), "auto", "True", "0.9", "0",
+			strconv.Itoa(c.profile.BlockSize), "auto", "True",
+			strconv.FormatFloat(c.profile.GPUMemoryUtilization, 'g', -1, 64), "0",
 			strconv.Itoa(c.profile.NumBlocks()), c.labels[k])
 	}
 }

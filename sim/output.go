@@ -4,10 +4,10 @@ package sim
 // BytesPerToken bytes, so an output of n pieces is exactly n tokens and
 // tokenizes back to the same tokens when a client resends it.
 var outputWords = [...]string{
-	"the ", "and ", "that", " is ", "code", "test", "file", "func",
-	"data", "then", "will", "call", "read", "list", "fix ", "run ",
-	"make", "path", "type", "null", "line", "next", "step", "done",
-	"note", "case", "loop", "send", "wait", "lock", "span", "node",
+	"the ", "and ", "for ", "run ", "fix ", "add ", "set ", "get ",
+	"use ", "map ", "key ", "log ", "end ", "new ", "old ", "api ",
+	"bug ", "dir ", "env ", "err ", "var ", "arg ", "ref ", "row ",
+	"sum ", "max ", "min ", "try ", "let ", "out ", "now ", "all ",
 }
 
 // outputSeed derives a request's output from its prompt, so the same prompt

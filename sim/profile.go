@@ -1,107 +1,165 @@
 package sim
 
 import (
+	"bytes"
+	"embed"
 	"fmt"
+	"math"
+	"os"
+	"path"
 	"sort"
+	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v4"
 )
 
-// Profile describes one hardware+model pairing as data: the scheduler limits
-// vLLM would run with, and the numbers the step-time model needs. A second
-// profile is one more entry in profiles, never more code.
+// Profile describes one hardware+model+vLLM deployment as data: the card,
+// the model's shape, the terms of vLLM's start-up memory arithmetic that
+// decide the KV cache, the scheduler's limits, and the vLLM behaviours that
+// changed across versions. The built-in profiles are YAML files embedded
+// from sim/profiles; `--profile FILE` reads a user's own (same fields).
 type Profile struct {
-	Name string
+	Name        string `yaml:"name"`
+	Description string `yaml:"description,omitempty"`
 
-	// Scheduler and cache limits (vLLM's own knobs).
-	KVCapacityTokens    int // tokens of KV cache after weights and activations
-	BlockSize           int // tokens per KV block (16)
-	MaxNumBatchedTokens int // tokens scheduled per step (prefill chunk budget)
-	MaxNumSeqs          int // sequences running at once
-	MaxModelLen         int // longest prompt+output accepted
+	// The card.
+	GPU               string        `yaml:"gpu,omitempty"`
+	GPUMemoryBytes    float64       `yaml:"gpu_memory_bytes"`   // total, as cudaMemGetInfo (and nvidia-smi) report it
+	PeakFLOPS         float64       `yaml:"peak_flops"`         // dense tensor FLOP/s at the model's dtype
+	MemBytesPerSec    float64       `yaml:"memory_bandwidth"`   // HBM/GDDR bytes a second
+	ComputeEfficiency float64       `yaml:"compute_efficiency"` // share of PeakFLOPS reached in prefill
+	MemoryEfficiency  float64       `yaml:"memory_efficiency"`  // share of the bandwidth reached in decode
+	StepOverhead      time.Duration `yaml:"step_overhead"`      // per engine step: scheduling, launches, sampling
 
-	// Model shape.
-	Params       float64 // parameters
-	WeightBytes  float64 // bytes read per step for the weights
-	Layers       int
-	QueryHeads   int
-	KVHeads      int
-	HeadDim      int
-	HiddenSize   int // d_model, for the attention FLOPs
-	KVDtypeBytes int // bytes per K or V element
+	// The model.
+	Model        string  `yaml:"model,omitempty"`
+	Params       float64 `yaml:"params"`       // parameters (2 FLOP each a token)
+	WeightBytes  float64 `yaml:"weight_bytes"` // read once a step; also what loading them takes
+	Layers       int     `yaml:"layers"`       // layers holding long-context KV
+	QueryHeads   int     `yaml:"query_heads"`
+	KVHeads      int     `yaml:"kv_heads"`
+	HeadDim      int     `yaml:"head_dim"`
+	HiddenSize   int     `yaml:"attention_width"`                   // query heads x head dim: the attention FLOPs' width
+	KVDtypeBytes int     `yaml:"kv_dtype_bytes"`                    // bytes per K or V element
+	MaxPositions int     `yaml:"max_position_embeddings,omitempty"` // the model's own context: vLLM's default max_model_len
 
-	// Hardware.
-	PeakFLOPS         float64 // dense tensor FLOP/s at the model's dtype
-	MemBytesPerSec    float64 // HBM/GDDR bandwidth
-	ComputeEfficiency float64 // share of PeakFLOPS reached in prefill
-	MemoryEfficiency  float64 // share of MemBytesPerSec reached in decode
-	StepOverhead      time.Duration
+	// vLLM's start-up memory arithmetic (vllm/v1/worker/gpu_worker.py,
+	// Worker.determine_available_memory): the KV cache gets
+	// GPUMemoryBytes x GPUMemoryUtilization less the weights, the
+	// activation peak of the profiling forward pass, the memory outside
+	// PyTorch, and (since vLLM 0.21) the CUDA-graph estimate.
+	VLLMVersion          string  `yaml:"vllm_version,omitempty"`
+	GPUMemoryUtilization float64 `yaml:"gpu_memory_utilization"`
+	ActivationPeakBytes  float64 `yaml:"activation_peak_bytes"`
+	NonTorchBytes        float64 `yaml:"non_torch_bytes"`
+	CUDAGraphBytes       float64 `yaml:"cudagraph_bytes"` // 0: the estimate off (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, or vLLM before 0.21)
+	// KVCapacityTokens, if set, replaces the arithmetic (vLLM's
+	// num_gpu_blocks_override, in tokens; `--kv-tokens`).
+	KVCapacityTokens int `yaml:"kv_tokens,omitempty"`
+
+	// The scheduler (vLLM's own knobs).
+	BlockSize           int     `yaml:"block_size"`
+	MaxNumBatchedTokens int     `yaml:"max_num_batched_tokens"` // tokens a step (the prefill chunk budget)
+	MaxNumSeqs          int     `yaml:"max_num_seqs"`
+	MaxModelLen         int     `yaml:"max_model_len"` // longest prompt+output; 0: MaxPositions
+	Watermark           float64 `yaml:"watermark,omitempty"`
+	// ReserveFullISL is vLLM's scheduler_reserve_full_isl (on by default
+	// since it was added, pull request 37307): a waiting request is admitted
+	// only if its whole prompt fits the free blocks, not just its first chunk.
+	ReserveFullISL bool `yaml:"scheduler_reserve_full_isl"`
+	// PrefixStats is when the prefix-cache counters count a request:
+	// "admitted" (once, when it is scheduled: vLLM since pull request 48860)
+	// or "every-lookup" (each time the scheduler looks a waiting request up,
+	// even when it cannot admit it: earlier vLLM, which inflates the counts
+	// while requests wait).
+	PrefixStats string `yaml:"prefix_stats"`
 }
 
-// profiles is the table of known profiles. a4000-qwen3-4b is the reference
-// hardware (docs/sim.md, "Calibration"): one RTX A4000 (16 GiB) serving Qwen3-4B bf16.
-var profiles = map[string]Profile{
-	"a4000-qwen3-4b": {
-		Name:                "a4000-qwen3-4b",
-		KVCapacityTokens:    40_000, // 6 GB / 147,456 B a token, rounded to 2,500 blocks
-		BlockSize:           16,
-		MaxNumBatchedTokens: 2048,
-		MaxNumSeqs:          256,
-		MaxModelLen:         32_768,
-		Params:              4.0e9,
-		WeightBytes:         8.05e9,
-		Layers:              36,
-		QueryHeads:          32,
-		KVHeads:             8,
-		HeadDim:             128,
-		HiddenSize:          4096,
-		KVDtypeBytes:        2,
-		PeakFLOPS:           76.7e12,
-		MemBytesPerSec:      448e9,
-		ComputeEfficiency:   0.5,
-		MemoryEfficiency:    0.6,
-		StepOverhead:        3 * time.Millisecond,
-	},
-	// The reference's second box (docs/placement.md): one 32 GiB card (RTX
-	// 5090: 1.79 TB/s, about 105 TFLOP/s dense bf16 with fp32 accumulate)
-	// per replica serving Gemma-3-27B with int4 weights (W4A16, about 16 GB
-	// read a step with the tied lm_head). 10 of its 62 layers attend
-	// globally; the other 52 use a 1024-token sliding window, whose KV and
-	// attention are bounded and left out, so Layers is the global layers.
-	// KV: 2 x 10 x 16 x 128 x 2 B = 81,920 B a token; 0.9 x 32 GiB less
-	// weights and activations leaves about 12.5 GB: 152,000 tokens.
-	"rtx5090-gemma3-27b-int4": {
-		Name:                "rtx5090-gemma3-27b-int4",
-		KVCapacityTokens:    152_000,
-		BlockSize:           16,
-		MaxNumBatchedTokens: 2048,
-		MaxNumSeqs:          256,
-		MaxModelLen:         131_072,
-		Params:              27.0e9,
-		WeightBytes:         16.0e9,
-		Layers:              10,
-		QueryHeads:          32,
-		KVHeads:             16,
-		HeadDim:             128,
-		HiddenSize:          4096, // query heads x head dim: the attention FLOPs' width
-		KVDtypeBytes:        2,
-		PeakFLOPS:           104.8e12,
-		MemBytesPerSec:      1792e9,
-		ComputeEfficiency:   0.5,
-		MemoryEfficiency:    0.6,
-		StepOverhead:        4 * time.Millisecond,
-	},
+// Prefix-stats modes.
+const (
+	PrefixStatsAdmitted    = "admitted"
+	PrefixStatsEveryLookup = "every-lookup"
+)
+
+//go:embed profiles/*.yaml
+var profileFiles embed.FS
+
+// profiles holds the built-in profiles, by name.
+var profiles = func() map[string]Profile {
+	out := map[string]Profile{}
+	entries, err := profileFiles.ReadDir("profiles")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		b, err := profileFiles.ReadFile(path.Join("profiles", e.Name()))
+		if err != nil {
+			panic(err)
+		}
+		p, err := ParseProfile(b)
+		if err != nil {
+			panic(fmt.Sprintf("sim: built-in profile %s: %v", e.Name(), err))
+		}
+		out[p.Name] = p
+	}
+	return out
+}()
+
+// ParseProfile reads a profile from YAML; unknown fields are an error.
+func ParseProfile(b []byte) (Profile, error) {
+	var p Profile
+	d := yaml.NewDecoder(bytes.NewReader(b))
+	d.KnownFields(true)
+	if err := d.Decode(&p); err != nil {
+		return Profile{}, fmt.Errorf("%w: %v", ErrBadProfile, err)
+	}
+	if p.PrefixStats == "" {
+		p.PrefixStats = PrefixStatsAdmitted
+	}
+	if p.MaxModelLen == 0 {
+		p.MaxModelLen = p.MaxPositions
+	}
+	return p, p.Check()
 }
 
-// LookupProfile returns the named profile.
-func LookupProfile(name string) (Profile, error) {
-	p, ok := profiles[name]
+// WriteProfile is the YAML of a profile (its fields' tags) after a header
+// comment.
+func WriteProfile(p Profile, header string) ([]byte, error) {
+	body, err := yaml.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	for _, line := range strings.Split(strings.TrimRight(header, "\n"), "\n") {
+		b.WriteString("# " + line + "\n")
+	}
+	b.Write(body)
+	return b.Bytes(), nil
+}
+
+// LookupProfile returns a built-in profile by name, or reads a profile file
+// when nameOrFile names one (it contains a slash or ends in .yaml/.yml).
+func LookupProfile(nameOrFile string) (Profile, error) {
+	if strings.ContainsRune(nameOrFile, '/') || strings.HasSuffix(nameOrFile, ".yaml") || strings.HasSuffix(nameOrFile, ".yml") {
+		b, err := os.ReadFile(nameOrFile)
+		if err != nil {
+			return Profile{}, fmt.Errorf("%w: %v", ErrBadProfile, err)
+		}
+		p, err := ParseProfile(b)
+		if err != nil {
+			return Profile{}, fmt.Errorf("%s: %w", nameOrFile, err)
+		}
+		return p, nil
+	}
+	p, ok := profiles[nameOrFile]
 	if !ok {
-		return Profile{}, fmt.Errorf("%w: %q (known: %v)", ErrUnknownProfile, name, ProfileNames())
+		return Profile{}, fmt.Errorf("%w: %q (known: %v, or a profile file)", ErrUnknownProfile, nameOrFile, ProfileNames())
 	}
 	return p, nil
 }
 
-// ProfileNames lists the known profiles, sorted.
+// ProfileNames lists the built-in profiles, sorted.
 func ProfileNames() []string {
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
@@ -111,13 +169,94 @@ func ProfileNames() []string {
 	return names
 }
 
-// ContextLimit is the longest prompt+output a request may ask for: the
-// model's context, and never more than the KV cache holds (a longer request
-// could never run to its end).
-func (p Profile) ContextLimit() int { return min(p.MaxModelLen, p.NumBlocks()*p.BlockSize) }
+// Check reports what vLLM would refuse: missing or impossible values, and a
+// max_model_len one request of which the KV cache cannot hold (vLLM stops at
+// start-up: vllm/v1/core/kv_cache_utils.py, check_enough_kv_cache_memory).
+func (p Profile) Check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: profile %q: %s", ErrBadProfile, p.Name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case p.Name == "":
+		return bad("name: required")
+	case p.BlockSize < 1 || p.MaxNumBatchedTokens < 1 || p.MaxNumSeqs < 1:
+		return bad("block_size, max_num_batched_tokens and max_num_seqs must be at least 1")
+	case p.MaxModelLen < 1:
+		return bad("max_model_len (or max_position_embeddings): required")
+	case p.Params <= 0 || p.WeightBytes <= 0 || p.Layers < 1 || p.KVHeads < 1 || p.HeadDim < 1 || p.KVDtypeBytes < 1 || p.HiddenSize < 1:
+		return bad("params, weight_bytes, layers, kv_heads, head_dim, attention_width and kv_dtype_bytes must be positive")
+	case p.PeakFLOPS <= 0 || p.MemBytesPerSec <= 0 || p.ComputeEfficiency <= 0 || p.MemoryEfficiency <= 0:
+		return bad("peak_flops, memory_bandwidth and the efficiencies must be positive")
+	case p.StepOverhead < 0:
+		return bad("step_overhead: negative")
+	case p.PrefixStats != PrefixStatsAdmitted && p.PrefixStats != PrefixStatsEveryLookup:
+		return bad("prefix_stats %q: want %s or %s", p.PrefixStats, PrefixStatsAdmitted, PrefixStatsEveryLookup)
+	case p.Watermark < 0 || p.Watermark >= 1:
+		return bad("watermark %v: want 0 <= watermark < 1", p.Watermark)
+	case p.KVCapacityTokens == 0 && (p.GPUMemoryBytes <= 0 || p.GPUMemoryUtilization <= 0 || p.GPUMemoryUtilization > 1):
+		return bad("gpu_memory_bytes and gpu_memory_utilization (0-1] are needed unless kv_tokens is set")
+	}
+	blocks := p.NumBlocks()
+	if blocks < 2 {
+		m := p.KVMemory()
+		return bad("No available memory for the cache blocks: %.2f GiB for the KV cache (%s). Try increasing gpu_memory_utilization", m.Available/gib, m.String())
+	}
+	// the null block is never handed out
+	if need := (p.MaxModelLen + p.BlockSize - 1) / p.BlockSize; need > blocks-1 {
+		fit := (blocks - 1) * p.BlockSize
+		return bad("To serve at least one request with the model's max seq len (%d), (%.2f GiB KV cache is needed, which is larger than the available KV cache memory (%.2f GiB). Based on the available memory, the estimated maximum model length is %d. Try increasing gpu_memory_utilization or decreasing max_model_len when initializing the engine",
+			p.MaxModelLen, float64(need*p.BlockSize)*p.KVBytesPerToken()/gib, float64(blocks*p.BlockSize)*p.KVBytesPerToken()/gib, fit)
+	}
+	return nil
+}
 
-// NumBlocks is the KV capacity in blocks.
-func (p Profile) NumBlocks() int { return p.KVCapacityTokens / p.BlockSize }
+const gib = 1 << 30
+
+// KVMemory is vLLM's start-up arithmetic for the KV cache, term by term.
+type KVMemory struct {
+	Requested, Weights, Activation, NonTorch, CUDAGraphs float64 // bytes
+	Available                                            float64 // for the KV cache
+	Override                                             bool    // kv_tokens replaced the arithmetic
+}
+
+// KVMemory computes the KV cache's share of the card as vLLM does:
+// requested = total x gpu_memory_utilization, minus weights, the
+// profiling run's activation peak, non-torch memory and the CUDA-graph
+// estimate.
+func (p Profile) KVMemory() KVMemory {
+	m := KVMemory{Requested: p.GPUMemoryBytes * p.GPUMemoryUtilization, Weights: p.WeightBytes,
+		Activation: p.ActivationPeakBytes, NonTorch: p.NonTorchBytes, CUDAGraphs: p.CUDAGraphBytes}
+	m.Available = m.Requested - m.Weights - m.Activation - m.NonTorch - m.CUDAGraphs
+	if p.KVCapacityTokens > 0 {
+		m.Override, m.Available = true, float64(p.KVCapacityTokens)*p.KVBytesPerToken()
+	}
+	return m
+}
+
+func (m KVMemory) String() string {
+	return fmt.Sprintf("%.2f GiB requested - %.2f weights - %.2f activation peak - %.2f non-torch - %.2f CUDA graphs",
+		m.Requested/gib, m.Weights/gib, m.Activation/gib, m.NonTorch/gib, m.CUDAGraphs/gib)
+}
+
+// NumBlocks is the KV cache in blocks, vLLM's num_gpu_blocks: the available
+// bytes over the bytes of one block of every layer (kv_cache_utils.py,
+// get_num_blocks), or the override. One of them is vLLM's null block.
+func (p Profile) NumBlocks() int {
+	if p.KVCapacityTokens > 0 {
+		return p.KVCapacityTokens / p.BlockSize
+	}
+	perBlock := float64(p.BlockSize) * p.KVBytesPerToken()
+	if perBlock <= 0 {
+		return 0
+	}
+	return int(math.Max(0, math.Floor(p.KVMemory().Available/perBlock)))
+}
+
+// KVTokens is num_gpu_blocks x block_size: the capacity vLLM reports.
+func (p Profile) KVTokens() int { return p.NumBlocks() * p.BlockSize }
+
+// ContextLimit is the longest prompt+output a request may ask for.
+func (p Profile) ContextLimit() int { return min(p.MaxModelLen, (p.NumBlocks()-1)*p.BlockSize) }
 
 // KVBytesPerToken is K and V for every layer and KV head of one token.
 func (p Profile) KVBytesPerToken() float64 {

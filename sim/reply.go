@@ -199,5 +199,17 @@ func pickTool(seed uint64, tools []offeredTool, choice toolChoice, share float64
 			return offeredTool{}, false
 		}
 	}
-	return tools[int(unit(seed, 5)*float64(len(tools)))%len(tools)], true
+	var callable []offeredTool
+	for _, t := range tools {
+		if !t.reserved {
+			callable = append(callable, t)
+		}
+	}
+	if len(callable) == 0 {
+		if choice.mode != "any" {
+			return offeredTool{}, false
+		}
+		callable = tools // a call is required: any of them
+	}
+	return callable[int(unit(seed, 5)*float64(len(callable)))%len(callable)], true
 }

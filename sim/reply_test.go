@@ -343,3 +343,27 @@ func TestCacheFieldsFollowVLLMsPromptTokensDetails(t *testing.T) {
 		_ = out
 	}
 }
+
+func TestAToolSaidNeverToBeCalledIsNotCalled(t *testing.T) {
+	tools, err := parseTools(json.RawMessage(`[
+		{"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}},
+		{"name": "DeferredToolPlaceholder", "description": "Reserved placeholder that keeps deferred tool loading active; never call this tool.", "input_schema": {"type": "object"}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(200) {
+		if tool, ok := pickTool(seed, tools, toolChoice{mode: "any"}, 1); !ok || tool.name != "Read" {
+			t.Fatalf("seed %d: called %q (%v)", seed, tool.name, ok)
+		}
+	}
+	if tool, ok := pickTool(1, tools, toolChoice{mode: "tool", name: "DeferredToolPlaceholder"}, 1); !ok || tool.name != "DeferredToolPlaceholder" {
+		t.Fatalf("named choice: %q %v", tool.name, ok)
+	}
+	only := tools[1:]
+	if _, ok := pickTool(1, only, toolChoice{mode: "auto"}, 1); ok {
+		t.Fatal("auto called the only, reserved tool")
+	}
+	if tool, ok := pickTool(1, only, toolChoice{mode: "any"}, 1); !ok || tool.name != "DeferredToolPlaceholder" {
+		t.Fatalf("a required call with only a reserved tool: %q %v", tool.name, ok)
+	}
+}

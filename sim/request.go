@@ -42,6 +42,9 @@ type Stats struct {
 	PromptTokens, GenerationTokens uint64
 	TTFTSum                        float64 // seconds of modelled time
 	TTFTCount                      uint64
+	ITLSum                         float64 // seconds between a request's consecutive output tokens
+	ITLCount                       uint64
 	RequestsDone                   uint64
 	Preemptions                    uint64
+	AdmissionWaits                 uint64 // steps the queue's head could not be admitted (no blocks)
 }

@@ -29,27 +29,30 @@ type engine struct {
 	scheduled []*seq // the step in flight
 
 	stats  Stats
-	onTTFT func(seconds float64) // optional histogram hook
+	onTTFT func(seconds float64) // optional histogram hooks
+	onITL  func(seconds float64)
 }
 
 // seq is a request inside the engine.
 type seq struct {
-	req        *Request
-	arrival    time.Time
-	tokens     []uint32 // prompt then generated tokens
-	promptLen  int
-	keys       []uint64 // chained key of every full block of tokens
-	blocks     []int32  // KV blocks held, covering computed (+ this step's) tokens
-	computed   int      // tokens whose KV is computed
-	registered int      // leading blocks registered in the cache
-	cached     int      // prefix-hit tokens at first admission
-	admitted   bool
-	outputs    int
-	seed       uint64
-	script     string   // Request.Reply: what the model says if nothing cuts it short
-	scriptTok  []uint32 // its tokens
-	text       strings.Builder
-	emitted    int // bytes of text streamed (stop sequences hold some back)
+	req         *Request
+	arrival     time.Time
+	lastToken   time.Time // when the last output token was sampled
+	tokens      []uint32  // prompt then generated tokens
+	promptLen   int
+	keys        []uint64 // chained key of every full block of tokens
+	blocks      []int32  // KV blocks held, covering computed (+ this step's) tokens
+	computed    int      // tokens whose KV is computed
+	registered  int      // leading blocks registered in the cache
+	cached      int      // prefix-hit tokens at first admission
+	admitted    bool
+	preemptions int
+	outputs     int
+	seed        uint64
+	script      string   // Request.Reply: what the model says if nothing cuts it short
+	scriptTok   []uint32 // its tokens
+	text        strings.Builder
+	emitted     int // bytes of text streamed (stop sequences hold some back)
 
 	stepTokens int // tokens computed in the step in flight
 	running    bool
@@ -59,10 +62,11 @@ type seq struct {
 
 func newEngine(p Profile) *engine {
 	return &engine{
-		p:     p,
-		cache: newBlockCache(p.NumBlocks()),
+		p: p,
+		// vLLM's block pool keeps one block aside as the null block
+		cache: newBlockCache(p.NumBlocks() - 1),
 		byID:  make(map[uint64]*seq),
-		stats: Stats{KVCapacityTokens: p.NumBlocks() * p.BlockSize},
+		stats: Stats{KVCapacityTokens: p.KVTokens()},
 	}
 }
 
@@ -176,27 +180,36 @@ func (e *engine) schedule(now time.Time) (stepLoad, bool) {
 
 	for len(e.waiting) > 0 && budget > 0 && len(e.running) < e.p.MaxNumSeqs {
 		s := e.waiting[0]
-		// at least one token is always computed, for the logits
+		// At least one token is always computed, for the logits.
 		hits := e.cache.matchPrefix(s.keys, (len(s.tokens)-1)/bs)
 		start := hits * bs
-		n := min(len(s.tokens)-start, budget)
-		need := (start+n+bs-1)/bs - hits
-		if need > e.cache.free()-e.cache.evictableAmong(s.keys[:hits]) {
-			break // waits for blocks
+		if e.p.PrefixStats == PrefixStatsEveryLookup && s.preemptions == 0 {
+			// vLLM before pull request 48860 recorded the lookup itself,
+			// whether or not the request could then be admitted.
+			e.stats.PrefixQueries += uint64(len(s.tokens))
+			e.stats.PrefixHits += uint64(start)
 		}
+		if !e.admits(s, hits, min(len(s.tokens)-start, budget)) {
+			e.stats.AdmissionWaits++
+			break // the head waits for blocks; nobody overtakes it (FCFS)
+		}
+		n := min(len(s.tokens)-start, budget)
 		for _, key := range s.keys[:hits] {
 			b, _ := e.cache.lookup(key)
 			e.cache.touch(b)
 			s.blocks = append(s.blocks, b)
 		}
-		for range need {
+		for range (start+n+bs-1)/bs - hits {
 			s.blocks = append(s.blocks, e.cache.allocate())
 		}
 		s.computed, s.registered = start, hits
 		if !s.admitted {
-			// vLLM keeps re-admissions after preemption out of these counters
-			e.stats.PrefixQueries += uint64(len(s.tokens))
-			e.stats.PrefixHits += uint64(start)
+			if e.p.PrefixStats != PrefixStatsEveryLookup {
+				// once, at admission; re-admissions after a preemption are
+				// vLLM's separate preempted_* counts, outside these
+				e.stats.PrefixQueries += uint64(len(s.tokens))
+				e.stats.PrefixHits += uint64(start)
+			}
 			s.admitted, s.cached = true, start
 			if s.req.OnScheduled != nil {
 				s.req.OnScheduled(now, start)
@@ -211,6 +224,30 @@ func (e *engine) schedule(now time.Time) (stepLoad, bool) {
 		e.scheduled = append(e.scheduled, s)
 	}
 	return load, false
+}
+
+// admits is vLLM's admission test for the waiting head with hits cached
+// blocks and n tokens to compute this step (kv_cache_manager.py,
+// KVCacheManager.allocate_slots): a cached block that sits in the free
+// queue counts as one more block to take (it leaves the free queue), and
+// with scheduler_reserve_full_isl the whole prompt (all its tokens, output
+// included after a preemption) must fit before the first chunk is given
+// blocks; without it, only the first chunk. The watermark keeps a share of
+// the blocks free from admissions while anything runs.
+func (e *engine) admits(s *seq, hits, n int) bool {
+	bs := e.p.BlockSize
+	revived := e.cache.evictableAmong(s.keys[:hits])
+	reserve := 0
+	if len(e.running) > 0 {
+		reserve = int(e.p.Watermark * float64(e.cache.numBlocks()))
+	}
+	if e.p.ReserveFullISL {
+		full := min(len(s.tokens), e.p.MaxModelLen)
+		if (full+bs-1)/bs-hits+revived+reserve > e.cache.free() {
+			return false
+		}
+	}
+	return (hits*bs+n+bs-1)/bs-hits+revived+reserve <= e.cache.free()
 }
 
 // grow gives s blocks for its first total tokens; false when blocks run out.
@@ -232,6 +269,7 @@ func (e *engine) preempt(s *seq) {
 	s.blocks = s.blocks[:0]
 	s.computed, s.registered = 0, 0
 	s.running = false
+	s.preemptions++
 	e.waiting = append([]*seq{s}, e.waiting...)
 	e.stats.Preemptions++
 }
@@ -268,7 +306,15 @@ func (e *engine) endStep(now time.Time) {
 			if s.req.OnFirstToken != nil {
 				s.req.OnFirstToken(now)
 			}
+		} else {
+			itl := now.Sub(s.lastToken).Seconds()
+			e.stats.ITLSum += itl
+			e.stats.ITLCount++
+			if e.onITL != nil {
+				e.onITL(itl)
+			}
 		}
+		s.lastToken = now
 		tok, piece := s.nextToken()
 		s.tokens = append(s.tokens, tok)
 		s.keys = appendBlockKeys(s.keys, s.tokens, bs)

@@ -30,6 +30,23 @@ type ServerConfig struct {
 	// cache fields in Anthropic usage (whose input_tokens is then the whole
 	// prompt). By default the simulator reports them, as vLLM with the flag.
 	NoPromptTokensDetails bool
+	// OnRequest, if set, is told about every answered request, on the
+	// request's own goroutine (tests and tools read what each replica did).
+	OnRequest func(RequestRecord)
+}
+
+// RequestRecord is what one answered request did on its replica. It holds
+// no prompt text and no session id.
+type RequestRecord struct {
+	Replica      int
+	API          string // "anthropic", "chat" or "completions"
+	Model        string // as the request named it
+	Stream       bool
+	PromptTokens int
+	CachedTokens int // the prefix-cache hit at first admission
+	OutputTokens int
+	StopReason   string // in the API's words: end_turn, tool_use, max_tokens, stop_sequence; stop, tool_calls, length
+	ToolCall     string // the tool a finished call named, if any
 }
 
 // Shapes of deployment (docs/architecture.md).

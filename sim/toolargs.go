@@ -284,8 +284,10 @@ func (g *schemaValues) array(s map[string]any, depth int) any {
 	return out
 }
 
-// number draws a small value inside the schema's bounds, a whole number
-// (or a half for "number") so that it prints the same in every language.
+// number draws a small whole number inside the schema's bounds (what a
+// model writes, and what prints the same in every language; a client may
+// well want a "number" to be whole), a fraction only where the bounds leave
+// no whole number.
 func (g *schemaValues) number(s map[string]any, integer bool) any {
 	lo, hasLo := floatKeyword(s, "minimum")
 	hi, hasHi := floatKeyword(s, "maximum")
@@ -299,6 +301,9 @@ func (g *schemaValues) number(s map[string]any, integer bool) any {
 		hi, hasHi = math.Ceil(x)-1, true
 	} else if s["exclusiveMaximum"] == true && hasHi {
 		hi = math.Ceil(hi) - 1
+	}
+	if !integer && hasLo && hasHi && math.Ceil(lo) > math.Floor(hi) && lo <= hi {
+		return jsonNumber((lo + hi) / 2)
 	}
 	lo, hi = math.Ceil(lo), math.Floor(hi)
 	switch {
@@ -321,9 +326,6 @@ func (g *schemaValues) number(s map[string]any, integer bool) any {
 			v = k * m
 		}
 		return jsonNumber(v)
-	}
-	if !integer && v+0.5 <= hi && g.d.chance(0.5) {
-		v += 0.5
 	}
 	return jsonNumber(v)
 }

@@ -23,6 +23,7 @@ var toolSchemas = []string{
 	`{"type":"object","allOf":[{"properties":{"a":{"type":"integer","multipleOf":5,"minimum":7}},"required":["a"]},{"properties":{"b":{"const":"fixed"}},"required":["b"]}]}`,
 	`{"$schema":"http://json-schema.org/draft-04/schema#","type":"object","properties":{"n":{"type":"number","minimum":1,"maximum":2,"exclusiveMaximum":true},"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true,"minItems":3}},"required":["n","tags"]}`,
 	`{"type":"object","properties":{"nested":{"type":"object","properties":{"deep":{"type":"object","properties":{"x":{"type":["string","null"],"minLength":2}},"required":["x"]}},"required":["deep"]},"any":{}},"required":["nested","any"],"minProperties":2}`,
+	`{"type":"object","properties":{"ratio":{"type":"number","minimum":0.2,"maximum":0.4},"count":{"type":"number","minimum":1.5}},"required":["ratio","count"]}`,
 	`{"type":"object","properties":{}}`,
 	`{}`,
 }

@@ -12,6 +12,16 @@ import (
 type offeredTool struct {
 	name   string
 	schema map[string]any
+	// reserved: the description tells the model never to call it (Claude
+	// Code's DeferredToolPlaceholder: "never call this tool"), so the
+	// simulated model does not, unless it is the named tool_choice.
+	reserved bool
+}
+
+// reservedTool says whether a tool's description forbids calling it.
+func reservedTool(description string) bool {
+	d := strings.ToLower(description)
+	return strings.Contains(d, "never call this tool") || strings.Contains(d, "do not call this tool")
 }
 
 // toolChoice is what the request allows: any reply (auto), no tool call
@@ -39,18 +49,20 @@ func parseTools(raw json.RawMessage) ([]offeredTool, error) {
 		var def struct {
 			Type        string          `json:"type"`
 			Name        string          `json:"name"`
+			Description string          `json:"description"`
 			InputSchema json.RawMessage `json:"input_schema"`
 			Function    *struct {
-				Name       string          `json:"name"`
-				Parameters json.RawMessage `json:"parameters"`
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
 			} `json:"function"`
 		}
 		if err := json.Unmarshal(t, &def); err != nil {
 			return nil, badRequest("tools[%d]: %v", i, err)
 		}
-		name, schema := def.Name, def.InputSchema
+		name, desc, schema := def.Name, def.Description, def.InputSchema
 		if def.Function != nil {
-			name, schema = def.Function.Name, def.Function.Parameters
+			name, desc, schema = def.Function.Name, def.Function.Description, def.Function.Parameters
 		}
 		if name == "" {
 			return nil, badRequest("tools[%d].name: field required", i)
@@ -66,7 +78,7 @@ func parseTools(raw json.RawMessage) ([]offeredTool, error) {
 				return nil, badRequest("tools[%d] (%s): the input schema is not a JSON object: %v", i, name, err)
 			}
 		}
-		out = append(out, offeredTool{name: name, schema: s})
+		out = append(out, offeredTool{name: name, schema: s, reserved: reservedTool(desc)})
 	}
 	return out, nil
 }

@@ -38,9 +38,10 @@ type benchFlags struct {
 	target, api, admin, model, modelName string
 	replicaMetrics                       stringList
 	steps, arms, policies                string
-	duration, timeout                    time.Duration
+	duration, timeout, warmup            time.Duration
 	virtual                              bool
 	profile                              string
+	overrides                            profileFlags // --virtual: vLLM settings over the profile
 	replicas                             int
 	lbStats                              string
 	seed                                 uint64
@@ -51,6 +52,8 @@ type benchFlags struct {
 	admissionTimeout                     time.Duration
 	admissionFill                        float64
 	workload                             string
+	arrivals                             string
+	maxContext                           int
 	pollInterval                         time.Duration
 }
 
@@ -61,12 +64,15 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.model, "model", "", "model field of requests (default: the first of GET /v1/models)")
 	fs.StringVar(&f.modelName, "model-name", "", "the warden's model to switch (default: its only model)")
 	fs.Var(&f.replicaMetrics, "replica-metrics", "a replica's /metrics URL (repeat; default: the replicas the admin API lists)")
-	fs.StringVar(&f.steps, "steps", "4,8,16,24,32", "concurrent sessions per step, comma-separated")
+	fs.StringVar(&f.steps, "steps", "4,8,16,24,32", "comma-separated steps: concurrent sessions (closed loop), new sessions a minute (--arrivals poisson: 3, 3/min, 0.2/s, 30/h), or a load: live context over the replicas' total KV cache (1.5x)")
+	fs.StringVar(&f.arrivals, "arrivals", "closed", "closed (a finished session is replaced at once), poisson (steps are arrival rates or loads) or poisson:RATE (one step, e.g. poisson:3/min)")
 	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "length of each step and arm (simulated time with --virtual or --speed)")
+	fs.DurationVar(&f.warmup, "warmup", 0, "run each step and arm's sessions this long before measuring (simulated time with --virtual or --speed); an open loop needs a few session lengths to fill up")
 	fs.StringVar(&f.arms, "arms", "off,on", "arms, run back to back on the same replicas: off (vLLM's balancer), on (affinity), or policy names")
 	fs.StringVar(&f.policies, "policies", "", "--virtual: compare these policies side by side, each on fresh replicas ("+policyNames()+", or all)")
 	fs.BoolVar(&f.virtual, "virtual", false, "simulate replicas and placement on a virtual clock in this process (no sockets)")
-	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", "))
+	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
+	f.overrides.registerOverrides(fs)
 	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
 	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
@@ -77,7 +83,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
 	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual, --admission: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
-	fs.StringVar(&f.workload, "workload", "agent", "--virtual: session sizes: agent (docs/workload.md, ~12k tokens) or big (~58k tokens, for rtx5090-gemma3-27b-int4)")
+	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4) or long (heavy-tailed turns with tool results, compacting near the model's context)")
+	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 }
 
@@ -93,21 +100,29 @@ func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var f benchFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 
-	steps, err := parseSteps(f.steps)
+	list := f.steps
+	if !set["steps"] && strings.Contains(f.arrivals, ":") {
+		list = "" // poisson:RATE names the one step
+	}
+	steps, err := bench.ParseSteps(list, f.arrivals)
 	if err != nil {
-		return err
+		return fmt.Errorf("--steps/--arrivals: %v: %w", err, errUsage)
+	}
+	if f.warmup < 0 {
+		return fmt.Errorf("--warmup %v: want zero or a positive duration: %w", f.warmup, errUsage)
+	}
+	if f.maxContext < 0 {
+		return fmt.Errorf("--max-context %d: want a number of tokens: %w", f.maxContext, errUsage)
+	}
+	shape, err := bench.ParseWorkload(f.workload)
+	if err != nil {
+		return fmt.Errorf("--workload: %v: %w", err, errUsage)
 	}
 	if f.duration <= 0 {
 		return fmt.Errorf("--duration %v: want a positive duration: %w", f.duration, errUsage)
@@ -149,9 +164,10 @@ func runBench(args []string) error {
 				return fmt.Errorf("--%s is for real runs, not --virtual: %w", name, errUsage)
 			}
 		}
-		p, err := sim.LookupProfile(f.profile)
+		f.overrides.name = f.profile
+		p, err := f.overrides.resolve()
 		if err != nil {
-			return fmt.Errorf("--profile: %v: %w", err, errUsage)
+			return err
 		}
 		if f.pollInterval <= 0 {
 			return fmt.Errorf("--poll-interval %v: want a positive duration: %w", f.pollInterval, errUsage)
@@ -159,17 +175,14 @@ func runBench(args []string) error {
 		if f.replicas < 1 {
 			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
 		}
-		shape, err := bench.ParseWorkload(f.workload)
-		if err != nil {
-			return fmt.Errorf("--workload: %v: %w", err, errUsage)
-		}
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
-			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Arms: arms,
+			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms,
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
 			PollInterval: f.pollInterval,
 			Trace:        traceFor(f.trace, &tr),
 			Admission:    admissionFor(f.admission, f.admissionTimeout, f.admissionFill),
 			Workload:     shape,
+			MaxContext:   f.maxContext,
 		})
 		if err != nil {
 			return err
@@ -177,6 +190,11 @@ func runBench(args []string) error {
 	} else {
 		if f.target == "" {
 			return fmt.Errorf("--target is required (or --virtual): %w", errUsage)
+		}
+		for _, name := range overrideFlags {
+			if set[name] {
+				return fmt.Errorf("--%s is for --virtual runs (a real replica has its own): %w", name, errUsage)
+			}
 		}
 		if f.api != bench.APIAnthropic && f.api != bench.APIOpenAI {
 			return fmt.Errorf("--api %q: want anthropic or openai: %w", f.api, errUsage)
@@ -199,14 +217,19 @@ func runBench(args []string) error {
 		if set["profile"] {
 			profile = f.profile
 		}
+		for _, s := range steps {
+			if s.CacheLoad > 0 && profile == "" {
+				return fmt.Errorf("step %s is a load: give --profile, the replicas' profile, to size it: %w", s, errUsage)
+			}
+		}
 		if set["lb-stats"] {
 			lbLabel = lb.String() // else the warden's (or vLLM's) own setting, unknown here
 		}
 		rep, err = bench.RunReal(ctx, bench.RealConfig{
 			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, ModelName: f.modelName,
-			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Arms: arms, Seed: f.seed,
+			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms, Seed: f.seed,
 			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lbLabel,
-			Progress: bench.NewProgress(os.Stderr, phases),
+			Progress: bench.NewProgress(os.Stderr, phases), Workload: shape, MaxContext: f.maxContext,
 		})
 		if err != nil {
 			return err

@@ -25,6 +25,14 @@ func TestBenchRejectsBadFlagsAsUsageErrors(t *testing.T) {
 		{"--target", "http://127.0.0.1:1", "--arms", "on"},
 		{"--target", "127.0.0.1:1", "--arms", "on", "--replica-metrics", "http://x"},
 		{"--target", "http://127.0.0.1:1", "--api", "grpc", "--arms", "on", "--replica-metrics", "http://x"},
+		{"--virtual", "--arrivals", "uniform"},
+		{"--virtual", "--arrivals", "poisson:3/min", "--steps", "4"},
+		{"--virtual", "--arrivals", "poisson", "--steps", "3/day"},
+		{"--virtual", "--steps", "1.5"},
+		{"--virtual", "--warmup", "-1s"},
+		{"--virtual", "--max-context", "-5"},
+		{"--virtual", "--workload", "huge"},
+		{"--target", "http://127.0.0.1:1", "--arms", "on", "--replica-metrics", "http://x", "--steps", "1.5x"},
 	}
 	for _, args := range cases {
 		err := runBench(args)
@@ -46,5 +54,36 @@ func TestBenchVirtualWritesReport(t *testing.T) {
 	}
 	if len(rep.Results) != 2 || rep.Mode != "virtual" {
 		t.Fatalf("report: %d results, mode %q", len(rep.Results), rep.Mode)
+	}
+}
+
+func TestBenchVirtualRunsLongSessionsArrivingAtARate(t *testing.T) {
+	out := t.TempDir()
+	err := runBench([]string{"--virtual", "--workload", "long", "--arrivals", "poisson:3/min", "--warmup", "1m",
+		"--duration", "2m", "--policies", "sticky", "--replicas", "2", "--out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bench.ReadReport(filepath.Join(out, bench.ReportJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || rep.Workload != "long" || rep.Results[0].PerMin != 3 || rep.Results[0].Requests == 0 {
+		t.Fatalf("report: workload %q, %+v", rep.Workload, rep.Results)
+	}
+}
+
+func TestBenchVirtualTakesTheProfileOverridesAndRealRunsRefuseThem(t *testing.T) {
+	err := runBench([]string{"--virtual", "--steps", "4", "--duration", "10s", "--max-model-len", "262144"})
+	if err == nil || !strings.Contains(err.Error(), "estimated maximum model length is 39072") {
+		t.Fatalf("got %v, want vLLM's start-up refusal", err)
+	}
+	out := t.TempDir()
+	if err := runBench([]string{"--virtual", "--steps", "4", "--duration", "10s", "--kv-tokens", "20000", "--max-model-len", "16384", "--policies", "sticky", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	err = runBench([]string{"--target", "http://127.0.0.1:1", "--kv-tokens", "20000"})
+	if err == nil || !strings.Contains(err.Error(), "--kv-tokens is for --virtual runs") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,20 +48,34 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 		}
 		reason := fmt.Sprintf("--datapath %s", cfg.Datapath)
 		if len(why) > 0 {
-			reason += ": " + errors.Join(why...).Error()
+			reason += ": " + joinReasons(why)
 		}
 		log.Info("datapath: "+string(mode), "kernel", k.path.String(), "reason", reason)
 		return &servedDatapath{Datapath: k.path.Datapath, reason: reason, kern: k}, nil
 	}
 	if cfg.Datapath != "auto" && cfg.Datapath != "user" {
-		return nil, fmt.Errorf("--datapath %s: %w", cfg.Datapath, errors.Join(why...))
+		return nil, fmt.Errorf("--datapath %s: %s: %w", cfg.Datapath, joinReasons(why), errors.Join(why...))
 	}
 	reason := "--datapath " + cfg.Datapath
 	if len(why) > 0 {
-		reason = "auto: no kernel datapath loads here: " + errors.Join(why...).Error()
+		reason = "auto: no kernel datapath loads here: " + joinReasons(why)
 	}
 	log.Info("datapath: user", "reason", reason)
 	return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}, nil
+}
+
+// joinReasons puts why each datapath did not load on one line.
+func joinReasons(why []error) string {
+	s := make([]string, len(why))
+	for i, e := range why {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// info names the datapath and why it was chosen (GET /api/v1/warden).
+func (d *servedDatapath) info() agent.DatapathInfo {
+	return agent.DatapathInfo{Name: d.Name(), Reason: d.reason}
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).

@@ -30,6 +30,7 @@ func init() {
 type demoFlags struct {
 	replicas int
 	profile  string
+	over     profileFlags // vLLM settings over the profile
 	speed    float64
 	steps    string
 	duration time.Duration
@@ -43,7 +44,8 @@ func runDemo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var f demoFlags
 	fs.IntVar(&f.replicas, "replicas", 4, "simulated replicas")
-	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "replica profile")
+	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "replica profile, or a profile file (YAML)")
+	f.over.registerOverrides(fs)
 	fs.Float64Var(&f.speed, "speed", 20, "replicas run this many times faster than the modelled hardware")
 	fs.StringVar(&f.steps, "steps", "4,8,16", "concurrent sessions per step")
 	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "simulated length of each step and arm (wall time is this / --speed)")
@@ -51,22 +53,17 @@ func runDemo(args []string) error {
 	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
 	fs.StringVar(&f.out, "out", "", "report directory (default out/demo-<time>)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	steps, err := parseSteps(f.steps)
 	if err != nil {
 		return err
 	}
-	p, err := sim.LookupProfile(f.profile)
+	f.over.name = f.profile
+	p, err := f.over.resolve()
 	if err != nil {
-		return fmt.Errorf("--profile: %v: %w", err, errUsage)
+		return err
 	}
 	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {
@@ -118,7 +115,7 @@ func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Prof
 	}
 	rep, err := bench.RunReal(ctx, bench.RealConfig{
 		Target: "http://" + front.frontend, API: f.api, Admin: "http://" + front.admin,
-		Steps: steps, Duration: f.duration, Arms: arms, Seed: f.seed, Speed: f.speed,
+		Steps: bench.Sessions(steps...), Duration: f.duration, Arms: arms, Seed: f.seed, Speed: f.speed,
 		Profile: p.Name, LBStats: lb.String(), Progress: bench.NewProgress(os.Stderr, len(steps)*2),
 	})
 	if err != nil {

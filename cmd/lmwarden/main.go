@@ -42,7 +42,7 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'lmwarden <command> -h' for the flags of one command.\n")
+	fmt.Fprintf(os.Stderr, "\nRun 'lmwarden <command> -h' for the flags of one command; 'lmwarden --version' for the build.\n")
 }
 
 func main() {
@@ -58,6 +58,9 @@ func run(args []string) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

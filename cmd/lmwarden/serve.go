@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,15 +20,6 @@ func init() {
 	register("serve", "run the warden: frontends, placement, metrics poller, admin API", runServe)
 }
 
-// repeatedFlag collects a flag given several times (--replica).
-type repeatedFlag []string
-
-func (r *repeatedFlag) String() string { return strings.Join(*r, ",") }
-func (r *repeatedFlag) Set(v string) error {
-	*r = append(*r, v)
-	return nil
-}
-
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	config := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
@@ -38,26 +27,20 @@ func runServe(args []string) error {
 	admin := fs.String("admin", "", "admin API address (default "+agent.DefaultAdmin+"; off disables it)")
 	var replicas repeatedFlag
 	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
-	datapath := fs.String("datapath", "", "auto, kernel or user (default: the config's, else auto)")
+	datapath := fs.String("datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
 	pinDir := fs.String("pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
 	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
-	logLevel := fs.String("log-level", "info", "debug (one line a request), info, warn or error")
+	var logf logFlags
+	logf.register(fs)
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	responseTimeout := fs.Duration("response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	log, err := logf.logger()
+	if err != nil {
+		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: %w", *logLevel, errUsage)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	cfg, err := serveConfig(*config, *listen, *admin, *datapath, *policy, replicas)
 	if err != nil {
@@ -82,7 +65,7 @@ func runServe(args []string) error {
 		}
 	}
 
-	opts := agent.Options{Logger: log, DialContext: dp.pollDial()}
+	opts := agent.Options{Logger: log, DialContext: dp.pollDial(), Build: buildInfo(), Datapath: dp.info()}
 	if dp.kern != nil {
 		if err := dp.kern.hashKey(cfg); err != nil {
 			return err
@@ -142,6 +125,12 @@ func runServe(args []string) error {
 	if a := w.AdminAddr(); a != "" {
 		log.Info("admin API", "addr", a)
 	}
+	// Every frontend listens and the admin API answers: ready for
+	// systemd (Type=notify) and for /readyz (which also wants a polled,
+	// healthy replica per model).
+	w.SetServing(true)
+	sdNotify(log, "READY=1", fmt.Sprintf("STATUS=serving %d model(s), datapath %s", len(shims), dp.info().Name))
+	go sdWatchdog(ctx, w, log)
 
 	select {
 	case <-ctx.Done():
@@ -150,6 +139,8 @@ func runServe(args []string) error {
 	case err = <-serveErr:
 		log.Error("frontend failed", "err", err)
 	}
+	w.SetServing(false)
+	sdNotify(log, "STOPPING=1", "STATUS=shutting down: requests in flight may finish")
 	closeShims()
 	if cerr := w.Close(); cerr != nil && err == nil {
 		err = cerr

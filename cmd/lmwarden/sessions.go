@@ -39,11 +39,8 @@ func runSessions(args []string, out io.Writer) error {
 	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")
 	fs.BoolVar(&f.fromMaps, "from-maps", false, "read the pinned BPF map /sys/fs/bpf/lmwarden/sessions directly, without the admin API (no model names)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if f.limit < 0 {
 		return fmt.Errorf("%w: --limit must be >= 0", errUsage)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
@@ -22,32 +21,30 @@ func init() {
 }
 
 func runSim(args []string) error {
+	if len(args) > 0 && args[0] == "calibrate" {
+		return runSimCalibrate(args[1:])
+	}
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	replicas := fs.Int("replicas", 4, "number of replicas (ports shape) or data-parallel ranks (ranks shape)")
 	listen := fs.String("listen", "127.0.0.1:8100", "address; in the ports shape replica i listens on port+i")
 	shape := fs.String("shape", sim.ShapePorts, "ports: one port per replica; ranks: one port, X-data-parallel-rank picks the rank")
-	profile := fs.String("profile", "a4000-qwen3-4b", "hardware+model profile: "+strings.Join(sim.ProfileNames(), ", "))
+	var pf profileFlags
+	pf.register(fs)
 	speed := fs.Float64("speed", 1, "modelled seconds per wall second (20: a 3-minute run takes 9 s)")
 	model := fs.String("model", "qwen3-4b", "served model name (model_name label, /v1/models)")
 	lbStats := fs.String("lb-stats", "fresh", "ranks shape, no rank header: balancer stats fresh (100 ms), stale (1 s late) or none (round robin)")
-	calibrate := fs.Bool("calibrate", false, "print the profile's calibration table (Markdown) and exit")
+	table := fs.Bool("print-calibration", false, "print the profile's calibration table (Markdown) and exit")
 	replyTokens := fs.String("reply-tokens", sim.DefaultReplies.Lengths.String(), "natural length of a text reply in tokens: lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or fixed:N (max_tokens still cuts it)")
 	toolUse := fs.Float64("tool-use", sim.DefaultReplies.ToolUse, "share of replies that call one of the offered tools (0-1), when a request offers tools")
 	details := fs.Bool("enable-prompt-tokens-details", true, "report prompt-cache hits in usage (cached_tokens, cache_read_input_tokens), as vLLM does with this flag; false answers as vLLM's default")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
-	}
-	p, err := sim.LookupProfile(*profile)
+	p, err := pf.resolve()
 	if err != nil {
-		return fmt.Errorf("--profile: %v: %w", err, errUsage)
+		return err
 	}
-	if *calibrate {
+	if *table {
 		fmt.Fprint(simStdout, sim.CalibrationTable(p))
 		return nil
 	}

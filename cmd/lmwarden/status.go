@@ -31,11 +31,8 @@ func runStatus(args []string, out io.Writer) error {
 	admin := fs.String("admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
 	model := fs.String("model", "", "show only this model")
 	asJSON := fs.Bool("json", false, "print the admin API's JSON as is")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	var resp agent.ModelsResponse
 	if err := getAdminJSON(*admin, "/api/v1/models", &resp); err != nil {

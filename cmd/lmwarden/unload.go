@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 
 	"github.com/lmwarden/lmwarden/maps"
 )
@@ -17,14 +15,8 @@ func init() {
 func runUnload(args []string) error {
 	fs := flag.NewFlagSet("unload", flag.ContinueOnError)
 	dir := fs.String("dir", maps.DefaultDir, "pinned state directory")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	return maps.Unload(maps.Options{Dir: *dir})
 }

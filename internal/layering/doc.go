@@ -1,5 +1,6 @@
-// Package layering holds the test that keeps the import rule of
-// docs/architecture.md: every project package has a row in its table, and
-// imports only the project packages that row lists. The table is the rule;
-// this package only reads it.
+// Package layering holds the tests that keep the repository's own rules:
+// the import rule of docs/architecture.md (every project package has a row
+// in its table and imports only the project packages that row lists; the
+// table is the rule, the test only reads it), docs whose relative links
+// lead somewhere, and nothing that cites a file outside the repository.
 package layering

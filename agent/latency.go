@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"math"
+	"sort"
+	"sync"
+	"time"
+)
+
+// What clients feel, as the shim measures it: per model and replica, the
+// time to the first response byte and the whole request's duration, and
+// per model the time admission parked a request. They are histograms
+// (lmwarden_*_seconds in metrics.go), kept here as bucket counts that the
+// collector reads at scrape time; the time to first byte also goes to the
+// dashboard's hour of slots (Options.OnResponse, the token series).
+
+// ResponseTiming is what the shim measured of one exchange that got a
+// response from its replica.
+type ResponseTiming struct {
+	Replica int
+	// FirstByte: from the request head read to the first response byte
+	// the shim saw after the response head (the first streamed event), or
+	// to the response head when the body came with it, was not streamed,
+	// or was carried by the kernel datapath (which does not report when
+	// its first byte passed).
+	FirstByte time.Duration
+	// Duration: from the request head read to the response's end.
+	Duration time.Duration
+	// Parked: how long admission kept it waiting at the warden (0: not).
+	Parked time.Duration
+}
+
+// Bucket bounds in seconds. Time to first byte spans a warm turn's tens of
+// milliseconds to a cold 100k-token prefill under load; a request's
+// duration adds the generation; a parked request waits up to
+// admission.timeout (30 s by default).
+var (
+	firstByteBuckets = []float64{.01, .025, .05, .1, .2, .3, .5, .75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120}
+	durationBuckets  = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600}
+	parkedBuckets    = []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 120}
+)
+
+// histogram counts observations per bucket (not cumulative; the last
+// count is above the last bound).
+type histogram struct {
+	bounds []float64
+	counts []uint64
+	sum    float64
+	n      uint64
+}
+
+func newHistogram(bounds []float64) histogram {
+	return histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	h.counts[sort.SearchFloat64s(h.bounds, v)]++
+	h.sum += v
+	h.n++
+}
+
+func (h *histogram) add(o *histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.sum += o.sum
+	h.n += o.n
+}
+
+// cumulative is the bucket map client_golang's const histogram takes.
+func (h *histogram) cumulative() map[float64]uint64 {
+	out := make(map[float64]uint64, len(h.bounds))
+	var acc uint64
+	for i, b := range h.bounds {
+		acc += h.counts[i]
+		out[b] = acc
+	}
+	return out
+}
+
+// quantile estimates the q-quantile as Prometheus' histogram_quantile
+// does: linear within the bucket that holds it (the top bucket's lower
+// bound stands for anything above it). NaN without observations.
+func (h *histogram) quantile(q float64) float64 {
+	if h.n == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(h.n)
+	var acc float64
+	for i, c := range h.counts {
+		if acc+float64(c) >= rank && c > 0 {
+			if i == len(h.bounds) {
+				return h.bounds[len(h.bounds)-1]
+			}
+			lo := 0.0
+			if i > 0 {
+				lo = h.bounds[i-1]
+			}
+			return lo + (h.bounds[i]-lo)*(rank-acc)/float64(c)
+		}
+		acc += float64(c)
+	}
+	return h.bounds[len(h.bounds)-1]
+}
+
+// latencyStats is one model's histograms and its hour of slots.
+type latencyStats struct {
+	mu        sync.Mutex
+	firstByte []histogram // per replica
+	duration  []histogram // per replica
+	parked    histogram
+	// onResponse also gets every timing (the warden's series); nil: none.
+	onResponse func(ResponseTiming, time.Time)
+}
+
+func newLatencyStats(replicas int) *latencyStats {
+	l := &latencyStats{parked: newHistogram(parkedBuckets)}
+	for range replicas {
+		l.firstByte = append(l.firstByte, newHistogram(firstByteBuckets))
+		l.duration = append(l.duration, newHistogram(durationBuckets))
+	}
+	return l
+}
+
+// ObserveResponse records one exchange the shim completed (l7 calls it
+// for every response it relayed to its end).
+func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
+	l := m.lat
+	if t.Replica < 0 || t.Replica >= len(l.firstByte) {
+		return
+	}
+	l.mu.Lock()
+	l.firstByte[t.Replica].observe(t.FirstByte.Seconds())
+	l.duration[t.Replica].observe(t.Duration.Seconds())
+	if t.Parked > 0 {
+		l.parked.observe(t.Parked.Seconds())
+	}
+	hook := l.onResponse
+	l.mu.Unlock()
+	if hook != nil {
+		hook(t, now)
+	}
+}
+
+// latencySnapshot is a copy of the histograms for the collector.
+type latencySnapshot struct {
+	firstByte, duration []histogram
+	parked              histogram
+}
+
+func (m *Model) latencySnapshot() latencySnapshot {
+	l := m.lat
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cp := func(h histogram) histogram {
+		h.counts = append([]uint64(nil), h.counts...)
+		return h
+	}
+	s := latencySnapshot{parked: cp(l.parked)}
+	for i := range l.firstByte {
+		s.firstByte = append(s.firstByte, cp(l.firstByte[i]))
+		s.duration = append(s.duration, cp(l.duration[i]))
+	}
+	return s
+}
