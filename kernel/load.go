@@ -27,7 +27,7 @@ type Path struct {
 
 // Options of Load.
 type Options struct {
-	Dir  string   // pinned state (maps.DefaultDir if empty)
+	Dir  string    // pinned state (maps.DefaultDir if empty)
 	Mode maps.Mode // maps.ModeMsg or maps.ModeSkb
 	// ConnectTimeout bounds each connect of the warden's own (3 s if 0).
 	ConnectTimeout time.Duration

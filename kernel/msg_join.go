@@ -2,9 +2,9 @@ package kernel
 
 import (
 	"os"
-	"sync/atomic"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"

@@ -95,4 +95,3 @@ func relayResponsePlain(x *l7.Exchange, fr bodyFrame) (int64, error) {
 	}
 	return n, err
 }
-

@@ -99,9 +99,9 @@ type Shim struct {
 	closing atomic.Bool
 	mu      sync.Mutex
 	lns     map[*net.TCPListener]struct{}
-	conns   map[*Conn]bool // value: idle (waiting for a request head)
+	conns   map[*Conn]bool         // value: idle (waiting for a request head)
 	armed   map[*Exchange]struct{} // exchanges a ResponseCarrier may carry
-	wg      sync.WaitGroup // one per connection goroutine
+	wg      sync.WaitGroup         // one per connection goroutine
 	stats   stats
 }
 
