@@ -268,10 +268,12 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if err = arm(); err != nil {
 			return 502, err
 		}
+		// Counted before the write: a kernel datapath can carry the
+		// answer to the client before this goroutine runs again.
+		s.stats.replays.Add(1)
 		if _, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, sent); err != nil {
 			return 502, err
 		}
-		s.stats.replays.Add(1)
 		watch = watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
 		resp, carried, err = s.awaitResponse(x, watch, armed)
 	}

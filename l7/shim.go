@@ -231,11 +231,6 @@ func (s *Shim) Close() error {
 	for ln := range s.lns {
 		ln.Close()
 	}
-	for c, idle := range s.conns {
-		if idle {
-			c.Close()
-		}
-	}
 	armed := make([]*Exchange, 0, len(s.armed))
 	for x := range s.armed {
 		armed = append(armed, x)
@@ -243,12 +238,20 @@ func (s *Shim) Close() error {
 	s.mu.Unlock()
 	// Responses a kernel datapath would carry with the replica's head as
 	// it is go through the shim instead, which says Connection: close
-	// (unless they began: those end, then the connection closes).
+	// (unless they began: those end, then the connection closes). First,
+	// so that a client sees its idle connection close only after.
 	var dis sync.WaitGroup
 	for _, x := range armed {
 		dis.Go(func() { s.dp.(ResponseCarrier).Disarm(x) })
 	}
 	dis.Wait()
+	s.mu.Lock()
+	for c, idle := range s.conns {
+		if idle {
+			c.Close()
+		}
+	}
+	s.mu.Unlock()
 
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
