@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,6 +39,7 @@ const (
 func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 	env := mustDashboardEnv(t)
 	sent := env.sendSessions(t, 6, 3)
+	env.sendMalformed(t) // the shim answers it 400 itself
 	env.waitStill(t, sent)
 
 	ctx := mustBrowser(t)
@@ -52,6 +55,12 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 			t.Errorf("no counters-since line")
 		}
 		saveScreenshot(t, ctx, "dashboard-models.png")
+	})
+
+	t.Run("history, errors and the warden line equal the API", func(t *testing.T) {
+		h := waitHistoryMatchesAPI(t, ctx, env, sent)
+		t.Logf("time to first byte: %d responses, p50 %s s, p95 %s s; %d replica histories", h.Responses, h.P50, h.P95, len(h.Replicas))
+		saveScreenshot(t, ctx, "dashboard-models-history.png")
 	})
 
 	t.Run("affinity switch turns affinity off through the API", func(t *testing.T) {
@@ -117,6 +126,215 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		}
 		saveScreenshot(t, ctx, "dashboard-stats.png")
 	})
+
+	t.Run("at 700 px an unhealthy replica is plain to see", func(t *testing.T) {
+		mustDo(t, ctx, chromedp.EmulateViewport(700, 900), chromedp.Navigate(env.admin+"/#models"),
+			chromedp.WaitVisible(chromedp.CSS(`[data-replica-history]`)))
+		env.sim.Close() // every replica stops answering its polls
+		testutil.Eventually(t, 15*time.Second, "the API to call every replica unhealthy", func() bool {
+			for _, r := range env.model(t).Replicas {
+				if r.Healthy {
+					return false
+				}
+			}
+			return true
+		})
+		var seen unhealthyView
+		testutil.Eventually(t, 15*time.Second, "the page to mark every replica unhealthy", func() bool {
+			seen = mustRun(t, ctx, chromedp.Evaluate[unhealthyView](unhealthyJS))
+			return seen.Badges == 4 && seen.Rows == 4 && seen.Ready == "false"
+		})
+		if seen.Overflow != 0 {
+			t.Errorf("%d unhealthy badges lie outside the 700 px viewport", seen.Overflow)
+		}
+		if seen.BadgeText != "✗ UNHEALTHY" {
+			t.Errorf("badge says %q", seen.BadgeText)
+		}
+		saveScreenshot(t, ctx, "dashboard-models-700-unhealthy.png")
+	})
+}
+
+// sendMalformed sends one request head the shim refuses (400) itself.
+func (env *dashboardEnv) sendMalformed(tb testing.TB) {
+	tb.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(env.frontend, "http://"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost x\r\n\r\n")
+	if b, _ := io.ReadAll(c); !strings.HasPrefix(string(b), "HTTP/1.1 400") {
+		tb.Fatalf("malformed head answered %q", b)
+	}
+}
+
+type unhealthyView struct {
+	Badges, Rows, Overflow int
+	BadgeText, Ready       string
+}
+
+const unhealthyJS = `(() => {
+  const card = document.querySelector('[data-model="` + dashboardModel + `"]');
+  const badges = [...card.querySelectorAll('[data-replica-history].unhealthy .badge.down')];
+  return {
+    Badges: badges.length,
+    Rows: card.querySelectorAll('tr.unhealthy[data-replica-row]').length,
+    Overflow: badges.filter((b) => { const r = b.getBoundingClientRect(); return r.right > 700 || r.width === 0; }).length,
+    BadgeText: badges.length ? badges[0].textContent : '',
+    Ready: document.querySelector('[data-warden="ready"]').dataset.value,
+  };
+})()`
+
+// pageHistory is what the models card draws of the last hour.
+type pageHistory struct {
+	Responses int
+	P50, P95  string
+	Replicas  []struct {
+		Index   string
+		Healthy string
+		Sparks  map[string]struct {
+			Points int
+			Last   string
+		}
+	}
+	Answered, ReplicaErrors string
+	Datapath, Reason, Ready string
+	Version, Policy         string
+	TTFBSlots               int
+}
+
+const readHistoryJS = `(() => {
+  const card = document.querySelector('[data-model="` + dashboardModel + `"]');
+  const sum = card.querySelector('[data-ttfb-summary]');
+  const errs = card.querySelector('[data-errors]');
+  const dp = document.querySelector('[data-warden="datapath"]');
+  return {
+    Responses: Number(sum.dataset.responses), P50: sum.dataset.p50, P95: sum.dataset.p95,
+    Replicas: [...card.querySelectorAll('[data-replica-history]')].map((r) => {
+      const sparks = {};
+      for (const s of r.querySelectorAll('[data-spark]')) sparks[s.dataset.spark] = {Points: Number(s.dataset.points), Last: s.dataset.last};
+      return {Index: r.dataset.replicaHistory, Healthy: r.querySelector('.badge').dataset.value, Sparks: sparks};
+    }),
+    Answered: errs.dataset.answered, ReplicaErrors: errs.dataset.replicaErrors,
+    Datapath: dp.dataset.value, Reason: dp.title, Ready: document.querySelector('[data-warden="ready"]').dataset.value,
+    Version: document.querySelector('[data-warden="version"]').textContent,
+    Policy: card.querySelector('[data-pill="policy"]').textContent,
+    TTFBSlots: Number(card.querySelector('[data-chart="ttfb"]').dataset.slots),
+  };
+})()`
+
+// waitHistoryMatchesAPI reads the history until it equals GET
+// /api/v1/stats, /api/v1/models and /api/v1/warden. The traffic is over,
+// so what the page shows no longer changes but for new slots of idle
+// polls, which it may draw a refresh later than the API has them.
+func waitHistoryMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv, sent traffic) pageHistory {
+	tb.Helper()
+	var h pageHistory
+	var last string
+	testutil.Eventually(tb, 20*time.Second, "the history to match the API", func() bool {
+		h = mustRun(tb, ctx, chromedp.Evaluate[pageHistory](readHistoryJS))
+		var st agent.StatsResponse
+		mustGetAdminJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
+		var info agent.WardenInfo
+		mustGetAdminJSON(tb, env.admin+"/api/v1/warden", &info)
+		diffs := compareHistory(h, st, env.model(tb), info, sent)
+		if len(diffs) == 0 {
+			return true
+		}
+		if d := strings.Join(diffs, "\n  "); d != last {
+			tb.Logf("the history differs from the API:\n  %s", d)
+			last = d
+		}
+		return false
+	})
+	return h
+}
+
+func compareHistory(h pageHistory, st agent.StatsResponse, m agent.ModelStatus, info agent.WardenInfo, sent traffic) []string {
+	var diffs []string
+	check := func(what, got, want string) {
+		if got != want {
+			diffs = append(diffs, fmt.Sprintf("%s: page %q, API %q", what, got, want))
+		}
+	}
+	f := func(p *float64) string {
+		if p == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	}
+	var sm *agent.ModelStats
+	for i := range st.Models {
+		if st.Models[i].Name == dashboardModel {
+			sm = &st.Models[i]
+		}
+	}
+	if sm == nil {
+		return []string{"model not in /api/v1/stats"}
+	}
+	sum := sm.Pooled.Summary
+	// Every request sent was relayed, timed and counted: the malformed one
+	// was answered by the warden, not relayed.
+	if sum.Responses != uint64(sent.requests) {
+		diffs = append(diffs, fmt.Sprintf("API responses %d, sent %d", sum.Responses, sent.requests))
+	}
+	check("responses", strconv.Itoa(h.Responses), strconv.FormatUint(sum.Responses, 10))
+	check("ttfb p50", h.P50, f(sum.FirstByteP50))
+	check("ttfb p95", h.P95, f(sum.FirstByteP95))
+	slots := 0
+	for _, p := range sm.Pooled.Points {
+		if p.FirstByteP50 != nil {
+			slots++
+		}
+	}
+	if h.TTFBSlots != slots || slots == 0 {
+		diffs = append(diffs, fmt.Sprintf("ttfb chart: %d slots drawn, API %d", h.TTFBSlots, slots))
+	}
+	answered, _ := json.Marshal(m.Answered)
+	check("answered by the warden", h.Answered, string(answered))
+	if m.Answered["400"] != 1 {
+		diffs = append(diffs, fmt.Sprintf("API answered %v, want the one 400", m.Answered))
+	}
+	check("replica errors", h.ReplicaErrors, "{}")
+	check("datapath", h.Datapath, info.Datapath.Name)
+	check("datapath reason", h.Reason, info.Datapath.Reason)
+	check("ready", h.Ready, strconv.FormatBool(info.Ready))
+	check("version", h.Version, "lmwarden "+info.Build.Version+" · "+info.Build.Revision[:12])
+	check("policy pill", h.Policy, "Policy "+m.Effective)
+	if len(h.Replicas) != len(m.Replicas) {
+		return append(diffs, fmt.Sprintf("replica histories: page %d, API %d", len(h.Replicas), len(m.Replicas)))
+	}
+	for i, r := range m.Replicas {
+		ph := h.Replicas[i]
+		check(fmt.Sprintf("replica %d index", i), ph.Index, strconv.Itoa(r.Index))
+		check(fmt.Sprintf("replica %d healthy", i), ph.Healthy, strconv.FormatBool(r.Healthy))
+		points := sm.Replicas[i].Points
+		for key, get := range map[string]func(agent.StatsPoint) *float64{
+			"running": func(p agent.StatsPoint) *float64 { return p.Running },
+			"waiting": func(p agent.StatsPoint) *float64 { return p.Waiting },
+			"kv_used": func(p agent.StatsPoint) *float64 { return p.KVUsed },
+			"hit_rate": func(p agent.StatsPoint) *float64 {
+				return p.HitRate
+			},
+		} {
+			n, lastV := 0, (*float64)(nil)
+			for _, p := range points {
+				if v := get(p); v != nil {
+					n++
+					lastV = v
+				}
+			}
+			sp := ph.Sparks[key]
+			at := fmt.Sprintf("replica %d %s", i, key)
+			check(at+" last", sp.Last, f(lastV))
+			// The page may draw a few idle slots fewer than the API has
+			// by now (it refreshes every 2 s), never more.
+			if sp.Points > n || sp.Points < n-4 || n == 0 {
+				diffs = append(diffs, fmt.Sprintf("%s: page %d points, API %d", at, sp.Points, n))
+			}
+		}
+	}
+	return diffs
 }
 
 // ---- the system under test ----------------------------------------------------
@@ -153,7 +371,10 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, yaml.String())
 	}
-	w, err := agent.New(cfg)
+	w, err := agent.NewWithOptions(cfg, agent.Options{
+		Build:    agent.BuildInfo{Version: "v0.0.0-test", Revision: "0123456789abcdef", GoVersion: "go1.test"},
+		Datapath: agent.DatapathInfo{Name: "user", Reason: "--datapath user"},
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -166,6 +387,7 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	shim := l7.NewShim(w.Model(dashboardModel), l7.Options{})
 	go shim.Serve(ln)
 	tb.Cleanup(func() { shim.Close() })
+	w.SetServing(true)
 
 	env := &dashboardEnv{sim: servers, warden: w, frontend: "http://" + ln.Addr().String(), admin: "http://" + w.AdminAddr()}
 	// The token series count from each replica's first read (a baseline):

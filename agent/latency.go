@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -28,6 +29,8 @@ type ResponseTiming struct {
 	Duration time.Duration
 	// Parked: how long admission kept it waiting at the warden (0: not).
 	Parked time.Duration
+	// Status is the replica's response status (relayed to the client).
+	Status int
 }
 
 // Bucket bounds in seconds. Time to first byte spans a warm turn's tens of
@@ -109,17 +112,43 @@ type latencyStats struct {
 	firstByte []histogram // per replica
 	duration  []histogram // per replica
 	parked    histogram
-	// onResponse also gets every timing (the warden's series); nil: none.
+	statuses  []map[int]uint64 // per replica: relayed responses by status
+	answered  map[int]uint64   // statuses the shim answered itself
+	// onResponse and onAnswered also get every event (the warden's
+	// series for the dashboard); nil: none.
 	onResponse func(ResponseTiming, time.Time)
+	onAnswered func(int, time.Time)
 }
 
 func newLatencyStats(replicas int) *latencyStats {
-	l := &latencyStats{parked: newHistogram(parkedBuckets)}
+	l := &latencyStats{parked: newHistogram(parkedBuckets), answered: map[int]uint64{}}
 	for range replicas {
 		l.firstByte = append(l.firstByte, newHistogram(firstByteBuckets))
 		l.duration = append(l.duration, newHistogram(durationBuckets))
+		l.statuses = append(l.statuses, map[int]uint64{})
 	}
 	return l
+}
+
+// ObserveAnswered records a response the shim answered itself (a 400 to a
+// malformed head, a 503 with no healthy replica, ...; l7 calls it).
+func (m *Model) ObserveAnswered(code int, now time.Time) {
+	l := m.lat
+	l.mu.Lock()
+	l.answered[code]++
+	hook := l.onAnswered
+	l.mu.Unlock()
+	if hook != nil {
+		hook(code, now)
+	}
+}
+
+// setSeriesHooks has every response and every answered error also fed to
+// the warden's series.
+func (m *Model) setSeriesHooks(onResponse func(ResponseTiming, time.Time), onAnswered func(int, time.Time)) {
+	m.lat.mu.Lock()
+	defer m.lat.mu.Unlock()
+	m.lat.onResponse, m.lat.onAnswered = onResponse, onAnswered
 }
 
 // ObserveResponse records one exchange the shim completed (l7 calls it
@@ -132,6 +161,9 @@ func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
 	l.mu.Lock()
 	l.firstByte[t.Replica].observe(t.FirstByte.Seconds())
 	l.duration[t.Replica].observe(t.Duration.Seconds())
+	if t.Status > 0 {
+		l.statuses[t.Replica][t.Status]++
+	}
 	if t.Parked > 0 {
 		l.parked.observe(t.Parked.Seconds())
 	}
@@ -142,10 +174,13 @@ func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
 	}
 }
 
-// latencySnapshot is a copy of the histograms for the collector.
+// latencySnapshot is a copy of the histograms and status counts for the
+// collector and the status.
 type latencySnapshot struct {
 	firstByte, duration []histogram
 	parked              histogram
+	statuses            []map[int]uint64
+	answered            map[int]uint64
 }
 
 func (m *Model) latencySnapshot() latencySnapshot {
@@ -156,10 +191,20 @@ func (m *Model) latencySnapshot() latencySnapshot {
 		h.counts = append([]uint64(nil), h.counts...)
 		return h
 	}
-	s := latencySnapshot{parked: cp(l.parked)}
+	s := latencySnapshot{parked: cp(l.parked), answered: maps.Clone(l.answered)}
 	for i := range l.firstByte {
 		s.firstByte = append(s.firstByte, cp(l.firstByte[i]))
 		s.duration = append(s.duration, cp(l.duration[i]))
+		s.statuses = append(s.statuses, maps.Clone(l.statuses[i]))
 	}
 	return s
+}
+
+// quantilePtr is h's q-quantile, nil without observations (null in JSON).
+func quantilePtr(h *histogram, q float64) *float64 {
+	v := h.quantile(q)
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
 }

@@ -99,6 +99,9 @@ var (
 	descDuration = prometheus.NewDesc("lmwarden_request_duration_seconds",
 		"From the request head read to the end of the response, for every response relayed to its end.",
 		[]string{"model", "replica"}, nil)
+	descResponses = prometheus.NewDesc("lmwarden_responses_total",
+		"Responses relayed from the replica to their end, by the replica's status code (200 has a series from the start).",
+		[]string{"model", "replica", "code"}, nil)
 	descAdmissionWait = prometheus.NewDesc("lmwarden_admission_wait_seconds",
 		"How long admission kept a request waiting at the warden (parked requests only; policy cost, admission queue).",
 		[]string{"model"}, nil)
@@ -110,7 +113,7 @@ var allDescs = []*prometheus.Desc{
 	descUnaffined, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
-	descFirstByte, descDuration, descAdmissionWait,
+	descFirstByte, descDuration, descAdmissionWait, descResponses,
 }
 
 // Collector exports the models' counters to Prometheus.
@@ -177,6 +180,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if r.Index < len(lat.firstByte) {
 				histogram(descFirstByte, &lat.firstByte[r.Index], mn, ri)
 				histogram(descDuration, &lat.duration[r.Index], mn, ri)
+				if _, ok := lat.statuses[r.Index][200]; !ok {
+					counter(descResponses, 0, mn, ri, "200")
+				}
+				for code, n := range lat.statuses[r.Index] {
+					counter(descResponses, float64(n), mn, ri, strconv.Itoa(code))
+				}
 			}
 			for k := range numKinds {
 				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())

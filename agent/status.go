@@ -1,6 +1,9 @@
 package agent
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // ModelStatus is one model as GET /api/v1/models reports it (and as the CLI,
 // the dashboard and the Prometheus collector read it).
@@ -28,6 +31,9 @@ type ModelStatus struct {
 	Requests        map[string]uint64 `json:"requests"` // by placement kind
 	Replicas        []ReplicaStatus   `json:"replicas"`
 	Cost            *CostStatus       `json:"cost,omitempty"` // policy cost only (status_cost.go)
+	// Answered counts the error responses the warden answered itself, by
+	// status code (400, 408, 431, 502, 503, 504, 505).
+	Answered map[string]uint64 `json:"answered"`
 }
 
 // ReplicaStatus is one replica (or rank) of a model.
@@ -53,7 +59,10 @@ type ReplicaStatus struct {
 	Load           float64           `json:"load"`
 	ObservedAt     *time.Time        `json:"observed_at,omitempty"`
 	Metrics        ReplicaMetrics    `json:"-"`
-	Cost           *ReplicaCost      `json:"cost,omitempty"` // policy cost only
+	// Responses counts the responses relayed from this replica to their
+	// end, by the replica's status code.
+	Responses map[string]uint64 `json:"responses"`
+	Cost      *ReplicaCost      `json:"cost,omitempty"` // policy cost only
 }
 
 // Status snapshots the model.
@@ -132,6 +141,20 @@ func (m *Model) Status() ModelStatus {
 	if s.Spill < 0 {
 		s.Spill = m.spillThreshold(0)
 	}
+	lat := m.latencySnapshot()
+	s.Answered = codeCounts(lat.answered)
+	for i := range s.Replicas {
+		s.Replicas[i].Responses = codeCounts(lat.statuses[i])
+	}
 	m.costStatus(&s, time.Now().UnixNano())
 	return s
+}
+
+// codeCounts keys counts by the status code as text (JSON object keys).
+func codeCounts(byCode map[int]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(byCode))
+	for c, n := range byCode {
+		out[strconv.Itoa(c)] = n
+	}
+	return out
 }

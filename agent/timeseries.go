@@ -128,12 +128,14 @@ type replicaSeries struct {
 	lastAt time.Time
 	seen   bool // last holds a previous poll; the first poll is only a baseline
 	ring   slotRing
+	extra  extraSeries // load and latency (timeseries_load.go)
 }
 
 type modelSeries struct {
 	name     string
 	replicas []*replicaSeries
 	pooled   slotRing
+	extra    extraSeries // latency and errors, pooled (timeseries_load.go)
 }
 
 // TokenSeries is the in-memory store of token rates. It is safe for
@@ -204,15 +206,7 @@ func (ts *TokenSeries) Observe(model string, i int, c TokenCounters, now time.Ti
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	ms := ts.byName[model]
-	if ms == nil {
-		ms = &modelSeries{name: model, pooled: newSlotRing(ts.slots)}
-		ts.byName[model] = ms
-		ts.models = append(ts.models, ms)
-	}
-	for len(ms.replicas) <= i {
-		ms.replicas = append(ms.replicas, &replicaSeries{ring: newSlotRing(ts.slots)})
-	}
+	ms := ts.modelOf(model, i)
 	rs := ms.replicas[i]
 	if !rs.seen {
 		rs.last, rs.lastAt, rs.seen = c, now, true
@@ -320,6 +314,14 @@ type StatsSummary struct {
 	PrefixQueries        float64  `json:"prefix_queries"`
 	PrefixHits           float64  `json:"prefix_hits"`
 	HitRate              *float64 `json:"hit_rate"`
+	// Responses relayed to their end in the window, and their time to
+	// first byte (p50, p95 in seconds; nil without responses).
+	Responses    uint64   `json:"responses"`
+	FirstByteP50 *float64 `json:"first_byte_p50"`
+	FirstByteP95 *float64 `json:"first_byte_p95"`
+	// Errors by status code (pooled only): the warden's own answers and
+	// the replicas' responses of 400 and above.
+	Errors map[string]uint64 `json:"errors,omitempty"`
 }
 
 // StatsPoint is one slot: rates in tokens a second over [T, T+step).
@@ -329,6 +331,18 @@ type StatsPoint struct {
 	PromptComputedPerSec float64   `json:"prompt_computed_tps"`
 	CompletionPerSec     float64   `json:"completion_tps"`
 	HitRate              *float64  `json:"hit_rate"`
+	// Mean over the slot's polls (nil: no poll in it). Pooled, running and
+	// waiting add up over the replicas and KV is their mean.
+	Running *float64 `json:"running"`
+	Waiting *float64 `json:"waiting"`
+	KVUsed  *float64 `json:"kv_used"`
+	// Responses that ended in the slot and their time to first byte
+	// (seconds; nil without responses).
+	Responses    uint64   `json:"responses"`
+	FirstByteP50 *float64 `json:"first_byte_p50"`
+	FirstByteP95 *float64 `json:"first_byte_p95"`
+	// Errors by status code (pooled only; absent without any).
+	Errors map[string]uint64 `json:"errors,omitempty"`
 }
 
 // Snapshot returns the complete slots of the last window before now
@@ -350,9 +364,11 @@ func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsRespon
 	}
 	for _, ms := range ts.models {
 		m := ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
+		ts.fillExtra(&m.Pooled, &ms.extra, ms.replicas, first, last)
 		m.Replicas = make([]ReplicaStats, len(ms.replicas))
 		for i, rs := range ms.replicas {
 			m.Replicas[i] = ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
+			ts.fillExtra(&m.Replicas[i].SeriesStats, &rs.extra, nil, first, last)
 		}
 		resp.Models = append(resp.Models, m)
 	}

@@ -90,6 +90,9 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 		if err != nil {
 			return nil, err
 		}
+		name := mc.Name
+		m.setSeriesHooks(func(t ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
+			func(code int, now time.Time) { w.series.ObserveAnswered(name, code, now) })
 		w.models = append(w.models, m)
 		w.byName[mc.Name] = m
 		w.byFrontend[mc.Frontend] = m
@@ -172,6 +175,7 @@ func (w *Warden) Start(ctx context.Context) error {
 	w.cancel = cancel
 	w.started = true
 	observe := func(m *Model, i int, s ReplicaMetrics, now time.Time) {
+		w.series.ObserveLoad(m.Name(), i, s.Running, s.Waiting, s.KVUsage, now)
 		w.series.Observe(m.Name(), i, TokenCounters{
 			PromptTokens: s.PromptTokens, PrefixQueries: s.PrefixQueries,
 			PrefixHits: s.PrefixHits, GenerationTokens: s.GenerationTokens,

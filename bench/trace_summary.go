@@ -11,9 +11,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // WriteSummary prints, per window, what the overload study needs: where
@@ -122,10 +120,10 @@ func (win *TraceWindow) summarize() windowSummary {
 func (win *TraceWindow) PlotQueues(path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s: requests waiting in each replica (vLLM queue)", win.Arm, win.phrase())
-	p.X.Label.Text = "seconds into the window"
+	p.X.Label.Text = "simulated seconds into the window"
 	p.Y.Label.Text = "requests"
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
+	p.Add(grid())
+	var leg legendEntries
 	// one point per replica every queueEvery seconds keeps the SVG small
 	const queueEvery = 2.0
 	by := map[int]plotter.XYs{}
@@ -146,12 +144,13 @@ func (win *TraceWindow) PlotQueues(path string) error {
 		if err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(k)
+		l.Color, l.Width, l.Dashes = seriesColor(k), vg.Points(1.4), seriesDashes(k)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("replica %d", k), l)
+		leg = append(leg, legendEntry{fmt.Sprintf("replica %d", k), []plot.Thumbnailer{l}})
 	}
 	p.Y.Min = 0
-	return p.Save(6*vg.Inch, 3*vg.Inch, path)
+	f := &figure{panels: []*plot.Plot{p}, legend: leg, w: 7 * vg.Inch, h: 3 * vg.Inch}
+	return f.save(path)
 }
 
 // PlotTTFT draws every answered request's time to first token against the
@@ -159,10 +158,10 @@ func (win *TraceWindow) PlotQueues(path string) error {
 func (win *TraceWindow) PlotTTFT(path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s: time to first token of each request", win.Arm, win.phrase())
-	p.X.Label.Text = "sent at, seconds into the window"
-	p.Y.Label.Text = "TTFT, seconds"
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
+	p.X.Label.Text = "sent at, simulated seconds into the window"
+	p.Y.Label.Text = "TTFT, simulated seconds"
+	p.Add(grid())
+	var leg legendEntries
 	var firsts, laters plotter.XYs
 	for _, r := range win.Requests {
 		if math.IsNaN(r.TTFT) {
@@ -186,14 +185,14 @@ func (win *TraceWindow) PlotTTFT(path string) error {
 		if err != nil {
 			return err
 		}
-		s.Color = plotutil.Color(i)
-		s.Shape = draw.CircleGlyph{}
+		s.Color, s.Shape = seriesColor(i), seriesGlyph(i)
 		s.Radius = vg.Points(2)
 		p.Add(s)
-		p.Legend.Add(set.name, s)
+		leg = append(leg, legendEntry{set.name, []plot.Thumbnailer{s}})
 	}
 	p.Y.Min = 0
-	return p.Save(6*vg.Inch, 3*vg.Inch, path)
+	f := &figure{panels: []*plot.Plot{p}, legend: leg, w: 7 * vg.Inch, h: 3 * vg.Inch}
+	return f.save(path)
 }
 
 // Trace summary file written by WriteAll, beside the CSVs and the plots

@@ -162,8 +162,9 @@ func startWorld(t *testing.T) *world {
 	return &world{sim: sv, warden: w, frontend: ln.Addr().String()}
 }
 
-// traffic sends two turns of a few streamed conversations, and one
-// malformed head (the shim answers it 400 itself).
+// traffic sends two turns of a few streamed conversations, a request the
+// replica answers 400, and one malformed head (the shim answers it 400
+// itself).
 func (wd *world) traffic(t *testing.T) {
 	t.Helper()
 	for turn := range 2 {
@@ -183,6 +184,17 @@ func (wd *world) traffic(t *testing.T) {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
 		}
+	}
+	// One the replica refuses itself (a 400 relayed to the client).
+	resp, err := http.Post("http://"+wd.frontend+"/v1/messages", "application/json",
+		strings.NewReader(`{"model":"qwen3-4b","max_tokens":100000000,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("oversized max_tokens: status %d, want the replica's 400", resp.StatusCode)
 	}
 	c, err := net.Dial("tcp", wd.frontend)
 	if err != nil {

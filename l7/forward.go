@@ -392,6 +392,12 @@ type responseObserver interface {
 	ObserveResponse(agent.ResponseTiming, time.Time)
 }
 
+// answeredObserver is implemented by *agent.Model: the dashboard shows
+// the errors the warden answered itself, by code.
+type answeredObserver interface {
+	ObserveAnswered(code int, now time.Time)
+}
+
 // observe hands the timings of an exchange relayed to its end to the
 // placer, when it keeps them.
 func (s *Shim) observe(x *Exchange, start, end time.Time) {
@@ -406,7 +412,7 @@ func (s *Shim) observe(x *Exchange, start, end time.Time) {
 		first = x.Upstream.readAt
 	}
 	o.ObserveResponse(agent.ResponseTiming{
-		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked,
+		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 	}, end)
 }
 
@@ -514,6 +520,9 @@ func readable(c *Conn) bool {
 // answer to a HEAD request has no body.
 func (s *Shim) reject(c *Conn, status int, h *Head) {
 	s.stats.countStatus(status)
+	if o, ok := s.placer.(answeredObserver); ok {
+		o.ObserveAnswered(status, time.Now())
+	}
 	text := statusText(status)
 	b := make([]byte, 0, 192)
 	b = append(b, "HTTP/1.1 "...)

@@ -28,6 +28,16 @@
       const h = Math.floor(s / 3600);
       return nf.format(h) + ' h ' + String(Math.floor((s % 3600) / 60)).padStart(2, '0') + ' min';
     },
+    // a mean of counts over a slot: one decimal below 10
+    mean: (v) => (v == null || !isFinite(v) ? '–' : v < 10 ? nf1.format(v) : nf.format(Math.round(v))),
+    // seconds for latency axes and values: 45 ms, 0.21 s, 3.4 s, 12 s
+    secs: (v) => {
+      if (v == null || !isFinite(v)) return '–';
+      if (v === 0) return '0';
+      if (v < 0.1) return nf.format(Math.round(v * 1000)) + ' ms';
+      if (v < 10) return (Math.round(v * 100) / 100).toString() + ' s';
+      return nf.format(Math.round(v)) + ' s';
+    },
     // wall-clock time in the browser's zone: 2026-11-30 17:05:10
     clock: (d, seconds = true) => {
       const p = (n) => String(n).padStart(2, '0');
@@ -69,6 +79,8 @@
           inFlight: num(m.in_flight),
           frontend: m.frontend || '',
           policy: m.effective_policy || m.policy || '',
+          admission: m.cost ? { mode: m.cost.admission || 'off', parked: num(m.cost.parked) } : null,
+          answered: m.answered || {},
           sessions: num(m.sessions),
           replicas: (m.replicas || []).map((r, i) => ({
             index: num(r.index) ?? i,
@@ -85,6 +97,7 @@
             kvUsed: observed(r) ? num(r.kv_used) : null,
             hitRate: observed(r) && r.prefix_hit_rate_known !== false ? num(r.prefix_hit_rate) : null,
             healthy: r.healthy === true,
+            responses: r.responses || {},
           })),
         };
       }),
@@ -185,7 +198,7 @@
 
   function buildModelCard(name) {
     const pill = (key) => el('span', { class: 'pill', 'data-pill': key });
-    const pills = { affinity: pill('affinity'), spill: pill('spill_threshold'), sticky: pill('sticky'), inFlight: pill('in_flight') };
+    const pills = { affinity: pill('affinity'), policy: pill('policy'), admission: pill('admission'), spill: pill('spill_threshold'), sticky: pill('sticky'), inFlight: pill('in_flight') };
     const sw = el('button', { class: 'switch', type: 'button', role: 'switch', 'aria-checked': 'false', 'data-affinity-switch': name, title: 'Turn session affinity on or off for this model' },
       el('span', { class: 'track' }, el('span', { class: 'knob' })), el('span', { class: 'label', text: 'Affinity' }));
     sw.addEventListener('click', () => toggleAffinity(name, sw));
@@ -196,13 +209,15 @@
     const root = el('article', { class: 'card', 'data-model': name },
       el('div', { class: 'card-head' },
         el('h2', { text: name }),
-        el('div', { class: 'pills' }, pills.affinity, pills.spill, pills.sticky, pills.inFlight),
+        el('div', { class: 'pills' }, pills.affinity, pills.policy, pills.admission, pills.spill, pills.sticky, pills.inFlight),
         sw),
       el('p', { class: 'sub', 'data-model-sub': name }),
       el('div', { class: 'table-wrap' }, el('table', { 'data-replica-table': name }, el('thead', {}, head), tbody)),
       el('p', { class: 'note', text: 'Requests, sticky, spilled in and client-pinned count requests since the warden started; in flight and sessions are now. ' +
-        'Running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window). Hover a heading for its definition.' }));
-    return { root, pills, sw, tbody, rows: [], sub: root.querySelector('[data-model-sub]') };
+        'Running, waiting, KV used and prefix hit rate are read from each replica\'s /metrics (hit rate over a recent window). Hover a heading for its definition.' }),
+      el('p', { class: 'errors', 'data-errors': name }),
+      buildHistory(name));
+    return { root, pills, sw, tbody, rows: [], sub: root.querySelector('[data-model-sub]'), errors: root.querySelector('[data-errors]'), history: historyParts(root) };
   }
 
   function buildRow() {
@@ -226,6 +241,17 @@
     card.pills.sticky.dataset.value = m.sticky == null ? '' : String(m.sticky);
     setText(card.pills.inFlight, 'In flight ' + fmt.int(m.inFlight));
     card.pills.inFlight.dataset.value = m.inFlight == null ? '' : String(m.inFlight);
+    setText(card.pills.policy, 'Policy ' + (m.policy || '–'));
+    card.pills.policy.dataset.value = m.policy;
+    card.pills.admission.hidden = !m.admission;
+    if (m.admission) {
+      const q = m.admission.mode === 'queue';
+      setText(card.pills.admission, 'Admission ' + m.admission.mode + (q ? ' · ' + fmt.int(m.admission.parked) + ' parked' : ''));
+      card.pills.admission.dataset.value = m.admission.mode;
+      card.pills.admission.dataset.parked = String(m.admission.parked ?? '');
+      card.pills.admission.classList.toggle('off', q && m.admission.parked > 0);
+    }
+    renderErrors(card.errors, m);
     if (!card.sw.disabled) card.sw.setAttribute('aria-checked', String(m.affinity));
     const sub = [];
     if (m.frontend) sub.push('frontend ' + m.frontend);
@@ -244,9 +270,13 @@
       const { tr, cells } = card.rows[i];
       tr.dataset.replicaRow = String(r.index);
       tr.classList.toggle('unhealthy', !r.healthy);
-      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr) {
-        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }));
+      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr || cells.replica.dataset.healthy !== String(r.healthy)) {
+        // The replica column stays in view when the table scrolls: an
+        // unhealthy replica says so there too, not only in the last column.
+        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }),
+          ...(r.healthy ? [] : [el('span', { class: 'down-mark', text: '✗ down' })]));
         cells.replica.dataset.value = String(r.index);
+        cells.replica.dataset.healthy = String(r.healthy);
         cells.replica.title = r.addr;
       }
       for (const [field, , , kind] of COLUMNS) {
@@ -293,6 +323,7 @@
 
   async function refreshModels() {
     const data = readModels(await getJSON('/api/v1/models'));
+    await refreshWarden();
     data.startedAt = await wardenStart(data);
     const since = document.getElementById('since');
     if (data.startedAt && !isNaN(data.startedAt)) {
@@ -324,6 +355,256 @@
       }
     }
     if (data.models.length === 0) container.replaceChildren(el('p', { class: 'empty', text: 'No models configured.' }));
+    await refreshHistory(data);
+  }
+
+  // ---- the warden: datapath, readiness, build (GET /api/v1/warden) ---------------
+
+  async function refreshWarden() {
+    const w = await getJSON('/api/v1/warden');
+    const dp = document.querySelector('[data-warden="datapath"]');
+    const name = (w.datapath && w.datapath.name) || '';
+    setText(dp, 'Datapath ' + (name || '–'));
+    dp.dataset.value = name;
+    dp.title = (w.datapath && w.datapath.reason) || '';
+    dp.classList.toggle('off', name === 'user' && /unavailable/.test(dp.title));
+    const ready = document.querySelector('[data-warden="ready"]');
+    setText(ready, w.ready ? 'Ready' : 'Not ready');
+    ready.dataset.value = String(w.ready === true);
+    ready.title = (w.reasons || []).join('\n') || 'Every frontend listens and every model has a healthy, polled replica';
+    ready.classList.toggle('down', w.ready !== true);
+    const ver = document.querySelector('[data-warden="version"]');
+    setText(ver, 'lmwarden ' + ((w.build && w.build.version) || '') + (w.build && w.build.revision ? ' · ' + w.build.revision.slice(0, 12) : ''));
+  }
+
+  // ---- errors by status code ------------------------------------------------------
+
+  // codesText: "503 × 2 · 400 × 1", biggest first.
+  function codesText(counts) {
+    return Object.entries(counts).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || a[0] - b[0])
+      .map(([c, n]) => c + ' × ' + fmt.int(n)).join(' · ');
+  }
+
+  function renderErrors(node, m) {
+    const fromReplicas = {};
+    for (const r of m.replicas) {
+      for (const [c, n] of Object.entries(r.responses)) if (Number(c) >= 400) fromReplicas[c] = (fromReplicas[c] || 0) + n;
+    }
+    const own = codesText(m.answered), theirs = codesText(fromReplicas);
+    node.dataset.answered = JSON.stringify(m.answered);
+    node.dataset.replicaErrors = JSON.stringify(fromReplicas);
+    node.classList.toggle('bad', own !== '' || theirs !== '');
+    setText(node, own === '' && theirs === '' ? 'No error responses since the warden started.' :
+      'Errors since the warden started: ' + (own ? 'answered by the warden ' + own : 'none answered by the warden') +
+      (theirs ? '; from the replicas ' + theirs : '') + '.');
+  }
+
+  // ---- history: the last hour of every replica and of the time to first byte ------
+
+  const SPARKS = [
+    // key in the API point, label, colour (Okabe-Ito), formatter, fixed top (else the data's)
+    ['running', 'Running', '#0072b2', 'mean', null],
+    ['waiting', 'Waiting', '#e69f00', 'mean', null],
+    ['kv_used', 'KV used', '#009e73', 'pct', 1],
+    ['hit_rate', 'Hit rate', '#cc79a7', 'pct', 1],
+  ];
+
+  function buildHistory(name) {
+    return el('section', { class: 'history', 'data-history': name },
+      el('h3', { text: 'Last hour' }),
+      el('p', { class: 'summary', 'data-ttfb-summary': name }),
+      el('div', { class: 'legend' },
+        el('span', {}, lineSwatch('#0072b2', false), 'p50'),
+        el('span', {}, lineSwatch('#d55e00', true), 'p95'),
+        el('span', {}, barSwatch('#d55e00'), 'errors (right axis)')),
+      el('div', { class: 'chart', 'data-chart': 'ttfb' }),
+      el('div', { class: 'replica-history', 'data-replica-histories': name }));
+  }
+
+  function historyParts(root) {
+    return { root: root.querySelector('[data-history]'), summary: root.querySelector('[data-ttfb-summary]'),
+      chart: root.querySelector('[data-chart="ttfb"]'), replicas: root.querySelector('[data-replica-histories]'), rows: [] };
+  }
+
+  function lineSwatch(stroke, dashed) {
+    return svg('svg', { width: '22', height: '12', viewBox: '0 0 22 12', 'aria-hidden': 'true' },
+      svg('line', { x1: '1', y1: '6', x2: '21', y2: '6', stroke, 'stroke-width': '2.5', 'stroke-dasharray': dashed ? '5 3' : 'none' }));
+  }
+
+  function barSwatch(fill) {
+    return svg('svg', { width: '12', height: '12', viewBox: '0 0 12 12', 'aria-hidden': 'true' }, svg('rect', { x: '3', y: '2', width: '6', height: '10', fill, opacity: '.45' }));
+  }
+
+  // The history is fetched at most once a slot (the series only change then).
+  let historyAt = 0, historyResp = null;
+  async function refreshHistory(data) {
+    const stepMs = historyResp ? historyResp.step_seconds * 1000 : 0;
+    if (!historyResp || Date.now() - historyAt >= Math.min(stepMs, 10000)) {
+      historyResp = await getJSON('/api/v1/stats?window=1h');
+      historyAt = Date.now();
+    }
+    for (const m of data.models) {
+      const card = modelCards.get(m.name);
+      const series = (historyResp.models || []).find((x) => x.name === m.name);
+      if (card) renderHistory(card.history, m, series, historyResp);
+    }
+  }
+
+  // livePoints drops the slots before the warden started (keeping at least
+  // MIN_SLOTS), as the stats page does.
+  function livePoints(points, resp) {
+    const started = resp.started_at ? new Date(resp.started_at).getTime() : 0;
+    const firstLive = points.findIndex((p) => new Date(p.t).getTime() + resp.step_seconds * 1000 > started);
+    return firstLive > 0 ? points.slice(Math.max(0, Math.min(firstLive, points.length - MIN_SLOTS))) : points;
+  }
+
+  function renderHistory(h, m, series, resp) {
+    const pooled = series ? series.pooled : null;
+    const sum = pooled ? pooled.summary : {};
+    h.summary.dataset.responses = String(sum.responses ?? 0);
+    h.summary.dataset.p50 = sum.first_byte_p50 == null ? '' : String(sum.first_byte_p50);
+    h.summary.dataset.p95 = sum.first_byte_p95 == null ? '' : String(sum.first_byte_p95);
+    setText(h.summary, sum.responses ? 'Time to first byte (measured by the warden) over the last hour: p50 ' + fmt.secs(sum.first_byte_p50) +
+      ' · p95 ' + fmt.secs(sum.first_byte_p95) + ' over ' + fmt.int(sum.responses) + ' responses' :
+      'Time to first byte: no response relayed in the last hour yet.');
+    const points = pooled ? livePoints(pooled.points, resp) : [];
+    drawLatency(h.chart, points, resp.step_seconds);
+
+    while (h.rows.length < m.replicas.length) {
+      const row = buildReplicaHistory();
+      h.rows.push(row);
+      h.replicas.append(row.root);
+    }
+    while (h.rows.length > m.replicas.length) h.rows.pop().root.remove();
+    m.replicas.forEach((r, i) => {
+      const row = h.rows[i];
+      const rs = series && series.replicas.find((x) => x.replica === r.index);
+      row.root.dataset.replicaHistory = String(r.index);
+      row.root.classList.toggle('unhealthy', !r.healthy);
+      setText(row.name, 'Replica ' + r.index);
+      setText(row.addr, r.addr.replace(/^https?:\/\//, ''));
+      setText(row.badge, r.healthy ? '✓ healthy' : '✗ UNHEALTHY');
+      row.badge.className = 'badge ' + (r.healthy ? 'ok' : 'down');
+      row.badge.dataset.value = String(r.healthy);
+      const pts = rs ? livePoints(rs.points, resp) : [];
+      for (const [key, label, colour, kind, top] of SPARKS) drawSpark(row.sparks[key], pts, key, label, colour, kind, top);
+    });
+  }
+
+  function buildReplicaHistory() {
+    const name = el('strong'), addr = el('span', { class: 'addr' }), badge = el('span', { class: 'badge' });
+    const grid = el('div', { class: 'sparks' });
+    const sparks = {};
+    for (const [key, label] of SPARKS) {
+      sparks[key] = { root: el('div', { class: 'spark', 'data-spark': key }), label: el('span', { class: 'spark-label', text: label }),
+        value: el('span', { class: 'spark-value' }), plot: el('div', { class: 'spark-plot' }) };
+      sparks[key].root.append(el('div', { class: 'spark-head' }, sparks[key].label, sparks[key].value), sparks[key].plot);
+      grid.append(sparks[key].root);
+    }
+    const root = el('div', { class: 'replica-hist' }, el('div', { class: 'replica-hist-head' }, name, addr, badge), grid);
+    return { root, name, addr, badge, sparks };
+  }
+
+  // drawSpark draws one metric's hour as a line (gaps where no poll came),
+  // the latest value beside its label.
+  function drawSpark(s, points, key, label, colour, kind, top) {
+    const W = 200, H = 44, P = 2;
+    const vals = points.map((p) => (typeof p[key] === 'number' && isFinite(p[key]) ? p[key] : null));
+    const known = vals.filter((v) => v != null);
+    const last = known.length ? known[known.length - 1] : null;
+    const max = top ?? Math.max(1, ...known);
+    s.root.dataset.points = String(known.length);
+    s.root.dataset.last = last == null ? '' : String(last);
+    s.root.dataset.max = String(Math.max(0, ...known));
+    setText(s.value, fmt[kind](last) + (top == null && known.length ? ' (max ' + fmt[kind](Math.max(...known)) + ')' : ''));
+    const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': label + ' over the last hour' });
+    root.append(svg('line', { class: 'baseline', x1: 0, x2: W, y1: H - P, y2: H - P }));
+    const x = (i) => (vals.length > 1 ? (i / (vals.length - 1)) * W : W / 2);
+    const y = (v) => H - P - (Math.min(v, max) / max) * (H - 2 * P);
+    let d = '';
+    let pen = false;
+    vals.forEach((v, i) => {
+      if (v == null) { pen = false; return; }
+      d += (pen ? 'L' : 'M') + x(i).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
+      pen = true;
+    });
+    if (d) root.append(svg('path', { d, fill: 'none', stroke: colour, 'stroke-width': '1.8', 'vector-effect': 'non-scaling-stroke', 'stroke-linejoin': 'round' }));
+    else {
+      const t = svg('text', { class: 'nodata', x: W / 2, y: H / 2 + 4, 'text-anchor': 'middle' });
+      t.textContent = 'no poll yet';
+      root.append(t);
+    }
+    s.plot.replaceChildren(root);
+  }
+
+  // drawLatency draws the pooled p50 and p95 of the time to first byte per
+  // slot (seconds, left axis) and the errors per slot as faint bars (right).
+  function drawLatency(holder, points, stepSec) {
+    // drawn at the width it is shown at, so that its text stays 11 px
+    const W = Math.max(480, Math.round(holder.clientWidth) || 960), H = 180, L = 64, R = 44, T = 10, B = 24;
+    const pw = W - L - R, ph = H - T - B;
+    const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Time to first byte p50 and p95, and errors, per slot' });
+    const p95 = points.map((p) => p.first_byte_p95), p50 = points.map((p) => p.first_byte_p50);
+    const errs = points.map((p) => Object.values(p.errors || {}).reduce((a, b) => a + b, 0));
+    const { step: tick, max } = niceScale(Math.max(0, ...p95.filter((v) => v != null)));
+    const emax = niceScale(Math.max(0, ...errs)).max;
+    const y = (v) => T + ph - (Math.min(v, max) / max) * ph;
+    for (let i = 0; i * tick <= max + tick / 1e6; i++) {
+      const v = i * tick;
+      root.append(svg('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+      const t = svg('text', { class: 'axis', x: L - 6, y: y(v) + 4, 'text-anchor': 'end' });
+      t.textContent = fmt.secs(v);
+      root.append(t);
+    }
+    if (errs.some((e) => e > 0)) {
+      const et = svg('text', { class: 'axis', x: W - R + 6, y: T + 8, 'text-anchor': 'start' });
+      et.textContent = fmt.int(emax) + ' err';
+      root.append(et);
+    }
+    const n = points.length, bw = n ? pw / n : pw;
+    const x = (i) => L + (i + 0.5) * bw;
+    if (n) {
+      const t0 = new Date(points[0].t).getTime() / 1000, span = n * stepSec, every = timeTick(span);
+      for (let ts = Math.ceil(t0 / every) * every; ts <= t0 + span; ts += every) {
+        const xx = L + ((ts - t0) / span) * pw;
+        root.append(svg('line', { class: 'grid', x1: xx, x2: xx, y1: T + ph, y2: T + ph + 4 }));
+        const anchor = xx > W - R - 28 ? 'end' : xx < L + 28 ? 'start' : 'middle';
+        const t = svg('text', { class: 'axis', x: xx, y: H - 6, 'text-anchor': anchor });
+        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
+        root.append(t);
+      }
+    }
+    errs.forEach((e, i) => {
+      if (!(e > 0)) return;
+      const h = (e / emax) * ph;
+      const g = svg('rect', { 'data-error-bar': '', x: L + i * bw + (bw >= 4 ? 0.5 : 0), width: Math.max(bw - 1, 0.8), y: T + ph - h, height: h, fill: '#d55e00', opacity: '.35' });
+      g.append(svg('title', {}, fmt.clock(new Date(points[i].t)) + ': ' + codesText(points[i].errors)));
+      root.append(g);
+    });
+    const line = (vals, colour, dash, key) => {
+      let d = '', pen = false;
+      vals.forEach((v, i) => {
+        if (v == null) { pen = false; return; }
+        d += (pen ? 'L' : 'M') + x(i).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
+        pen = true;
+      });
+      if (d) root.append(svg('path', { d, 'data-line': key, fill: 'none', stroke: colour, 'stroke-width': '2.2', 'stroke-dasharray': dash, 'stroke-linejoin': 'round' }));
+    };
+    line(p95, '#d55e00', '6 4', 'p95');
+    line(p50, '#0072b2', 'none', 'p50');
+    // a dot where a slot has one response only (a line needs two)
+    points.forEach((p, i) => {
+      if (p.first_byte_p50 != null) root.append(svg('circle', { cx: x(i), cy: y(p.first_byte_p50), r: 2.2, fill: '#0072b2' },
+        svg('title', {}, fmt.clock(new Date(p.t)) + ': p50 ' + fmt.secs(p.first_byte_p50) + ', p95 ' + fmt.secs(p.first_byte_p95) + ', ' + p.responses + ' responses')));
+    });
+    root.append(svg('line', { class: 'baseline', x1: L, x2: W - R, y1: T + ph, y2: T + ph }));
+    if (!p50.some((v) => v != null)) {
+      const t = svg('text', { class: 'nodata', x: L + pw / 2, y: T + ph / 2, 'text-anchor': 'middle' });
+      t.textContent = 'no response in this window';
+      root.append(t);
+    }
+    holder.dataset.slots = String(p50.filter((v) => v != null).length);
+    holder.replaceChildren(root);
   }
 
   // ---- stats view -------------------------------------------------------------
