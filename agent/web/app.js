@@ -367,7 +367,7 @@
     setText(dp, 'Datapath ' + (name || '–'));
     dp.dataset.value = name;
     dp.title = (w.datapath && w.datapath.reason) || '';
-    dp.classList.toggle('off', name === 'user' && /unavailable/.test(dp.title));
+    dp.classList.toggle('off', name === 'user' && /^auto:/.test(dp.title)); // auto fell back
     const ready = document.querySelector('[data-warden="ready"]');
     setText(ready, w.ready ? 'Ready' : 'Not ready');
     ready.dataset.value = String(w.ready === true);
