@@ -3,6 +3,8 @@ package kernel
 import (
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
 )
@@ -79,7 +81,24 @@ func (k *SkbPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 		cs.AtBoundary = cs.Chunked && chunkBoundary(ctl.Start)
 	}
 	settleWritten(x.Client)
+	clearPsockError(x.Client)
 	return cs, true
+}
+
+// clearPsockError takes the error a psock left on the client socket: when
+// the verdict's redirect into it fails (the replica reset mid-stream), the
+// psock reports EPIPE on the client's socket although the client is still
+// connected (measured on 6.18), and the shim's next write would fail with
+// it. Reading SO_ERROR takes it off (the kernel clears it as it reports
+// it); a client that really went away still fails the write that follows.
+func clearPsockError(c *l7.Conn) {
+	rc, err := c.TCPConn.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	})
 }
 
 // chunkBoundary reports the kernel's parser between two chunks of a
