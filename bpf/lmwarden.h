@@ -78,20 +78,26 @@ struct own_conn {
 	__u64 flags;  /* OWN_* */
 };
 
-/* pair_stats: per CPU, one entry; what sock_ops did with replica sockets. */
-struct pair_stats {
-	__u64 paired; /* a replica's socket joined lmw_replica_socks */
-	__u64 failed; /* it could not (no sk storage, SOCKHASH full) */
+/* lmw_pair_stats: per CPU, one counter per outcome of lmw_pair (the key,
+ * as for lmw_dispatch_stats). */
+enum pair_outcome {
+	PAIR_PAIRED = 0, /* a replica's socket joined lmw_replica_socks */
+	PAIR_FAILED,     /* it could not (no sk storage, SOCKHASH full) */
+	PAIR_OUTCOMES,
 };
 
-/* dispatch_stats: per CPU, one entry; what sk_lookup decided. */
-struct dispatch_stats {
-	__u64 lookups;        /* TCP connection attempts it saw */
-	__u64 own;            /* the warden's own connections, left alone */
-	__u64 misses;         /* no frontend at that {address, port} */
-	__u64 no_listener;    /* a frontend whose shim is gone: failed open */
-	__u64 assigned;       /* steered to the shim */
-	__u64 failed_assigns; /* bpf_sk_assign refused: failed open */
+/* lmw_dispatch_stats: per CPU, one counter per outcome of sk_lookup
+ * (the key). One map entry each, not fields of one struct: a field chosen
+ * at run time is pointer arithmetic the verifier allows only with
+ * CAP_PERFMON, and clang merges per-field increments into just that. */
+enum dispatch_outcome {
+	DISPATCH_LOOKUPS = 0,    /* TCP connection attempts it saw */
+	DISPATCH_OWN,            /* the warden's own connections, left alone */
+	DISPATCH_MISS,           /* no frontend at that {address, port} */
+	DISPATCH_NO_LISTENER,    /* a frontend whose shim is gone: failed open */
+	DISPATCH_ASSIGNED,       /* steered to the shim */
+	DISPATCH_FAILED_ASSIGN,  /* bpf_sk_assign refused: failed open */
+	DISPATCH_OUTCOMES,
 };
 
 /* session: value of the sessions map, keyed by the keyed 64-bit hash of the
@@ -221,7 +227,6 @@ struct reply_walk {
 	__u64 head_len;
 	__u32 off;        /* next byte of the message */
 	__u32 len;
-	__u32 ps, pe;     /* the message bytes [ps, pe) are readable at data */
 	__u32 ended;      /* the response's last byte is at off - 1 */
 	__u32 halt;       /* HALT_* */
 	__u32 no_body;
@@ -235,7 +240,6 @@ struct reply_walk {
 	__u32 fields;
 	__u32 status;
 	__u32 hflags;     /* HF_* */
-	__u32 pad;
 };
 
 /* sock_state: the kernel's own bookkeeping for one socket, keyed like its

@@ -14,8 +14,6 @@ type (
 	FrontendValue = bpf.LmwardenFrontendValue
 	ConnKey       = bpf.LmwardenConnKey
 	OwnConn       = bpf.LmwardenOwnConn
-	DispatchStats = bpf.LmwardenDispatchStats
-	PairStats     = bpf.LmwardenPairStats
 )
 
 // Socket modes (enum sock_mode).
