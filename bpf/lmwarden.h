@@ -211,6 +211,13 @@ struct sock_ctl {
 #define HALT_FRAMING 3 /* malformed body framing: the shim's parser fails it */
 #define HALT_PEER 4    /* the client socket left the map (closed) */
 #define HALT_HANDOFF 6 /* REPLY: CTL_HANDOFF before the first byte */
+#define HALT_TRAILING 7 /* REPLY: bytes after the response's end in the
+			 * message holding it (a replica that writes past its
+			 * answer): that message goes to the shim, which finishes
+			 * the response and sees the rest. (A redirect of part of a
+			 * message, bpf_msg_apply_bytes, would leave the program's
+			 * verdict applied to bytes it never sees: measured on 6.18,
+			 * the rerun over the rest keeps the redirect.) */
 
 /* What a REPLY head said (sock_state.head_flags). */
 #define HF_LENGTH 1  /* Content-Length */
@@ -254,6 +261,8 @@ struct sock_state {
 	__u64 head_len;   /* REPLY: bytes of the response head */
 	__u64 content_length; /* REPLY: its Content-Length (HF_LENGTH) */
 	__u64 first_ns;   /* REPLY: CLOCK_MONOTONIC of the gen's first byte carried */
+	__u64 end_at;     /* REPLY: stream offset one past the response's last
+			   * byte, once the kernel found it */
 	__u32 gen;        /* the sock_ctl gen these counters belong to */
 	__u32 armed;      /* the arm found no byte the shim had not read */
 	__u32 status;     /* REPLY: the response status */

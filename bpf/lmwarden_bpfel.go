@@ -151,6 +151,7 @@ type LmwardenSockState struct {
 	HeadLen       uint64
 	ContentLength uint64
 	FirstNs       uint64
+	EndAt         uint64
 	Gen           uint32
 	Armed         uint32
 	Status        uint32

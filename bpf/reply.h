@@ -398,6 +398,12 @@ int lmw_reply(struct sk_msg_md *msg)
 	if (halt)
 		goto halt;
 	e = w->ended ? w->off : len;
+	if (w->ended)
+		st->end_at = o + e;
+	if (e < len) {
+		halt = HALT_TRAILING;
+		goto halt;
+	}
 	if (st->redirected + e > ctl->credit) {
 		halt = HALT_CREDIT;
 		goto halt;
@@ -406,8 +412,6 @@ int lmw_reply(struct sk_msg_md *msg)
 		halt = HALT_PEER;
 		goto halt;
 	}
-	if (e < len)
-		bpf_msg_apply_bytes(msg, e); /* the rest is run again: passed */
 	if (st->fr.phase == FR_HEAD) {
 		st->status = w->status;
 		st->head_len = w->head_len;
@@ -417,11 +421,11 @@ int lmw_reply(struct sk_msg_md *msg)
 	if (st->redirected == 0)
 		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
-	st->seen = o + e;
-	st->redirected += e;
-	st->carried += e;
+	st->seen = o + len;
+	st->redirected += len;
+	st->carried += len;
 	if (rs)
-		rs->bytes_kernel += e;
+		rs->bytes_kernel += len;
 	if (w->ended) {
 		struct response_end ev = {
 			.cookie = key,

@@ -52,6 +52,7 @@ const (
 	HaltPeer        = 4  // HALT_PEER
 	HaltPull        = 5  // HALT_PULL
 	HaltHandoff     = 6  // HALT_HANDOFF
+	HaltTrailing    = 7  // HALT_TRAILING
 	HeadLength      = 1  // HF_LENGTH
 	HeadChunked     = 2  // HF_CHUNKED
 	MaxHead         = 4096
