@@ -26,7 +26,12 @@ import (
 // X-Pace-Us microseconds apart (0: back to back). streamBody says exactly
 // what it sends, so a client can check every byte.
 
-const replicaProcessEnv = "LMWARDEN_TEST_REPLICA_PROCESS"
+const (
+	replicaProcessEnv = "LMWARDEN_TEST_REPLICA_PROCESS"
+	// replicaNetnsEnv: the replica runs in a network namespace of its
+	// own, on the far end of a veth pair, at this address (CIDR).
+	replicaNetnsEnv = "LMWARDEN_TEST_REPLICA_NETNS"
+)
 
 // replicaProcess is a running TestReplicaProcess.
 type replicaProcess struct {
@@ -79,7 +84,11 @@ func TestReplicaProcess(t *testing.T) {
 	if os.Getenv(replicaProcessEnv) == "" {
 		t.Skip("the tests' replica process")
 	}
-	ln, err := l7.Listen("127.0.0.1:0")
+	listen := "127.0.0.1:0"
+	if cidr := os.Getenv(replicaNetnsEnv); cidr != "" {
+		listen = joinNetnsPeer(t, cidr)
+	}
+	ln, err := l7.Listen(listen)
 	if err != nil {
 		t.Fatal(err)
 	}
