@@ -179,4 +179,3 @@ func joinNetnsPeer(tb testing.TB, cidr string) string {
 	}
 	return net.JoinHostPort(addr.IP.String(), "0")
 }
-
