@@ -109,15 +109,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	m.Place(Request{Now: time.Now()})
 	m.Place(Request{PinnedHeader: "9", Now: time.Now()})
 
-	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := mustScrape(t, "http://"+w.AdminAddr())
 	want := []string{
 		"lmwarden_requests_total", "lmwarden_requests_vllm_decided_total", "lmwarden_in_flight", "lmwarden_replica_in_flight",
 		"lmwarden_sessions_live", "lmwarden_replica_sessions", "lmwarden_sessions_expired_total",
@@ -180,15 +172,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 func TestEveryFamilyIsPresentBeforeAnyRequest(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 3})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
-	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := mustScrape(t, "http://"+w.AdminAddr())
 	for _, d := range allDescs {
 		name := descName(d)
 		f, ok := fams[name]

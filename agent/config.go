@@ -42,7 +42,7 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Admin is the admin HTTP address (API, /metrics, dashboard); "" disables it.
 	Admin string `yaml:"admin"`
-	// Datapath is auto, kernel or user.
+	// Datapath is auto, kernel (msg, else skb), msg, skb or user.
 	Datapath string `yaml:"datapath"`
 	// PollInterval is how often every replica's /metrics (and /health) is read.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -276,9 +276,9 @@ func (c *Config) validate(p *problems) {
 		}
 	}
 	switch c.Datapath {
-	case "auto", "kernel", "user":
+	case "auto", "kernel", "msg", "skb", "user":
 	default:
-		bad("datapath", "%q: want auto, kernel or user", c.Datapath)
+		bad("datapath", "%q: want auto, kernel, msg, skb or user", c.Datapath)
 	}
 	if c.PollInterval <= 0 {
 		bad("poll_interval", "must be positive, got %v", c.PollInterval)

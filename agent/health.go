@@ -22,7 +22,7 @@ type BuildInfo struct {
 
 // DatapathInfo is the datapath serve runs with and why (auto says what it found).
 type DatapathInfo struct {
-	Name   string `json:"name"` // "kernel" or "user"; "" when no shim runs (tests)
+	Name   string `json:"name"` // "msg", "skb" or "user"; "" when no shim runs (tests)
 	Reason string `json:"reason,omitempty"`
 }
 

@@ -11,10 +11,17 @@
  *   lmw_dispatch_stats     sk_lookup (per CPU), read and summed by Go
  *   lmw_sessions           the agent, through maps/; the kernel never reads it
  *   lmw_sock_ctls          the shim only (arms a socket for one request/response)
- *   lmw_sock_states        the verdict program only (the shim creates it zeroed)
- *   lmw_socks              the shim inserts, the kernel removes closed sockets
- *   lmw_stats              the verdict program (per CPU), read and summed by Go
- *   lmw_response_ends      the verdict program, read by the shim (ring buffer)
+ *   lmw_sock_states        the kernel programs only (the shim creates it zeroed)
+ *   lmw_socks              sk_skb datapath: the shim inserts client and
+ *                          upstream sockets, the kernel removes closed ones
+ *   lmw_client_socks       sk_msg datapath: the shim inserts client sockets
+ *                          (no program: only a redirect target)
+ *   lmw_replica_socks      sk_msg datapath: sock_ops inserts the replica's
+ *                          accepted sockets, keyed by the warden's peer cookie
+ *   lmw_paired             sk_msg datapath: per replica socket (sk storage),
+ *                          the cookie of the warden's socket at its other end
+ *   lmw_stats, lmw_pair_stats  the programs (per CPU), read and summed by Go
+ *   lmw_response_ends      the programs, read by the shim (ring buffer)
  */
 #ifndef LMWARDEN_H
 #define LMWARDEN_H
@@ -62,19 +69,35 @@ struct conn_key {
 	__u16 pad;
 };
 
+/* OWN_PAIR: a connection to a replica of the sk_msg datapath: sock_ops
+ * puts the replica's accepted end into lmw_replica_socks. */
+#define OWN_PAIR 1
+
 struct own_conn {
 	__u64 cookie; /* the warden's socket */
-	__u64 flags;  /* none defined yet */
+	__u64 flags;  /* OWN_* */
 };
 
-/* dispatch_stats: per CPU, one entry; what sk_lookup decided. */
-struct dispatch_stats {
-	__u64 lookups;        /* TCP connection attempts it saw */
-	__u64 own;            /* the warden's own connections, left alone */
-	__u64 misses;         /* no frontend at that {address, port} */
-	__u64 no_listener;    /* a frontend whose shim is gone: failed open */
-	__u64 assigned;       /* steered to the shim */
-	__u64 failed_assigns; /* bpf_sk_assign refused: failed open */
+/* lmw_pair_stats: per CPU, one counter per outcome of lmw_pair (the key,
+ * as for lmw_dispatch_stats). */
+enum pair_outcome {
+	PAIR_PAIRED = 0, /* a replica's socket joined lmw_replica_socks */
+	PAIR_FAILED,     /* it could not (no sk storage, SOCKHASH full) */
+	PAIR_OUTCOMES,
+};
+
+/* lmw_dispatch_stats: per CPU, one counter per outcome of sk_lookup
+ * (the key). One map entry each, not fields of one struct: a field chosen
+ * at run time is pointer arithmetic the verifier allows only with
+ * CAP_PERFMON, and clang merges per-field increments into just that. */
+enum dispatch_outcome {
+	DISPATCH_LOOKUPS = 0,    /* TCP connection attempts it saw */
+	DISPATCH_OWN,            /* the warden's own connections, left alone */
+	DISPATCH_MISS,           /* no frontend at that {address, port} */
+	DISPATCH_NO_LISTENER,    /* a frontend whose shim is gone: failed open */
+	DISPATCH_ASSIGNED,       /* steered to the shim */
+	DISPATCH_FAILED_ASSIGN,  /* bpf_sk_assign refused: failed open */
+	DISPATCH_OUTCOMES,
 };
 
 /* session: value of the sessions map, keyed by the keyed 64-bit hash of the
@@ -87,12 +110,53 @@ struct session {
 	__u64 last_seen_ns; /* unix nanoseconds, set by the agent */
 };
 
-/* sock_ctl: how the verdict treats the bytes arriving on one socket, keyed by
- * socket cookie. Written only by the shim, before it lets the bytes flow. */
+/* frame: where a body's framing parser is. The chunked phases are the
+ * Go parser's (l7.ChunkedBody) in the same order, and move on the same
+ * bytes (frame.h); a test checks the numbering, and FuzzChunkedSplits
+ * that both end every body at the same byte. */
+enum frame_phase {
+	FR_CHUNK_SIZE = 0,    /* hex digits of a chunk size */
+	FR_CHUNK_SIZE_BWS,    /* blanks after it: only an extension may follow */
+	FR_CHUNK_EXT,         /* an extension, up to CR */
+	FR_CHUNK_SIZE_LF,
+	FR_CHUNK_DATA,        /* remaining data bytes */
+	FR_CHUNK_DATA_CR,
+	FR_CHUNK_DATA_LF,
+	FR_TRAILER,           /* start of a trailer line or of the final CRLF */
+	FR_TRAILER_NAME,
+	FR_TRAILER_VALUE,
+	FR_TRAILER_LF,
+	FR_FINAL_LF,
+	FR_DONE,              /* the body has ended */
+	FR_ERROR,             /* malformed framing */
+	FR_LENGTH = 16,       /* a Content-Length body: remaining bytes */
+	FR_UNTIL_CLOSE = 17,  /* no framing: ends when the replica closes */
+	FR_HEAD = 18,         /* sk_msg: the response head */
+};
+
+struct frame {
+	__u64 remaining; /* FR_LENGTH, FR_CHUNK_DATA: bytes left */
+	__u64 size;      /* the chunk size read so far */
+	__u32 phase;     /* enum frame_phase */
+	__u32 line;      /* bytes of the current line so far */
+	__u32 count;     /* FR_CHUNK_SIZE: hex digits; trailers: bytes since the last-chunk line */
+	__u32 pad;
+};
+
+/* Bounds of the framing both parsers enforce (l7: maxLine, MaxHeadBytes). */
+#define LMW_MAX_LINE 4096
+#define LMW_MAX_TRAILERS 65536
+
+/* sock_ctl: how the kernel treats the bytes of one socket, keyed by socket
+ * cookie (for the sk_msg datapath: the cookie of the warden's upstream
+ * socket, whose replica end the program runs on). Written only by the
+ * shim, before it lets the bytes flow. */
 enum sock_mode {
 	SOCK_PASS = 0,     /* everything goes to the shim */
-	SOCK_REQUEST = 1,  /* client side: carry [arm_at, body_end) to peer */
-	SOCK_RESPONSE = 2, /* upstream side: carry everything to peer, find the end */
+	SOCK_REQUEST = 1,  /* sk_skb, client side: carry [arm_at, body_end) to peer */
+	SOCK_RESPONSE = 2, /* sk_skb, upstream side: carry the body to peer, find its end */
+	SOCK_REPLY = 3,    /* sk_msg, the replica's socket: carry the whole response
+			    * (head included) to the client socket peer */
 };
 
 #define CTL_NO_BODY 1 /* the request was HEAD: the response has no body */
@@ -112,55 +176,102 @@ enum sock_mode {
  * the shim sees that in sock_state without waiting (a record would only
  * wake the ring buffer's reader for nothing). */
 #define CTL_NOTIFY 8
+/* REPLY: the shim is about to write to the client itself (an error
+ * answer, a 100 Continue probe, a shutdown's Connection: close): hand it
+ * the whole response, unless the kernel began carrying it (then go on). */
+#define CTL_HANDOFF 16
 
 struct sock_ctl {
-	__u64 peer;     /* cookie of the socket redirected bytes go to */
-	__u64 arm_at;   /* REQUEST: stream offset of the first byte the kernel may carry */
+	__u64 peer;     /* cookie of the socket carried bytes go to */
+	/* REQUEST: stream offset of the first byte the kernel may carry;
+	 * RESPONSE, REPLY: stream offset of the first byte the shim has not
+	 * got; the kernel carries only if its next bytes start there. */
+	__u64 arm_at;
 	__u64 body_end; /* REQUEST: stream offset one past the request body */
-	/* arm_at, RESPONSE: stream offset of the first byte the shim has not
-	 * got; the kernel carries only if its next segment starts there. */
+	/* REPLY: the most response bytes the kernel may carry to the client:
+	 * what its socket's send buffer can still take. A redirect into a
+	 * full socket loses the bytes while the sender is told they were
+	 * sent (measured on 6.18), so past the credit the response goes to
+	 * the shim, which relays it with TCP's own flow control. */
+	__u64 credit;
 	__u32 gen;      /* bumped by the shim at every arm */
 	__u32 mode;     /* enum sock_mode */
-	__u32 replica;  /* index into stats */
+	__u32 replica;  /* index into lmw_stats */
 	__u32 flags;    /* CTL_* */
-	/* RESPONSE: where the parser starts. Zero (PH_HEAD) when the kernel
-	 * sees the response from its first byte; a body phase when the shim
-	 * read the head and some body bytes itself (the state after them). */
-	__u32 start_phase;
-	__u32 start_line_pos;
-	__u64 start_remaining;
-	__u64 start_acc;
+	struct frame start; /* RESPONSE: the framing at arm_at (after the head the shim read) */
 };
 
-/* sock_state: the verdict's own bookkeeping for one socket, keyed by socket
- * cookie. Written only by the verdict program; the shim creates it with
- * seen = the bytes it already read itself, then only reads it. */
-enum parse_phase {
-	PH_HEAD = 0,       /* response status line and headers */
-	PH_CL_BODY = 1,    /* Content-Length body: remaining bytes */
-	PH_CHUNK_SIZE = 2, /* chunk-size line */
-	PH_CHUNK_EXT = 3,  /* chunk extension up to LF */
-	PH_CHUNK_DATA = 4, /* chunk data + CRLF: remaining bytes */
-	PH_TRAILER = 5,    /* trailer lines up to the empty line */
-	PH_UNTIL_CLOSE = 6,/* no framing: the body ends when upstream closes */
-	PH_DONE = 7,       /* response complete */
+/* Why the kernel stopped carrying a gen (sock_state.halt_why); from then
+ * on every byte of it goes to the shim, and the parser state stays where
+ * the carried bytes ended. */
+#define HALT_HEAD 1    /* REPLY: a head the shim must rewrite or judge (1xx,
+			* hop-by-hop fields, unusual framing, longer than one
+			* message or than LMW_MAX_HEAD) */
+#define HALT_CREDIT 2  /* REPLY: the client's send buffer is full */
+#define HALT_FRAMING 3 /* malformed body framing: the shim's parser fails it */
+#define HALT_PEER 4    /* the client socket left the map (closed) */
+#define HALT_HANDOFF 6 /* REPLY: CTL_HANDOFF before the first byte */
+#define HALT_TRAILING 7 /* REPLY: bytes after the response's end in the
+			 * message holding it (a replica that writes past its
+			 * answer): that message goes to the shim, which finishes
+			 * the response and sees the rest. (A redirect of part of a
+			 * message, bpf_msg_apply_bytes, would leave the program's
+			 * verdict applied to bytes it never sees: measured on 6.18,
+			 * the rerun over the rest keeps the redirect.) */
+
+/* What a REPLY head said (sock_state.head_flags). */
+#define HF_LENGTH 1  /* Content-Length */
+#define HF_CHUNKED 2 /* Transfer-Encoding: chunked */
+
+#define LMW_MAX_HEAD 4096 /* REPLY: longest response head the kernel carries */
+
+/* reply_walk: lmw_reply's working state within one message of the
+ * replica's (it means nothing between messages): where it is in the
+ * message and in the response head. */
+struct reply_walk {
+	struct frame f;
+	__u64 cl;         /* Content-Length value being read */
+	__u64 head_len;
+	__u32 off;        /* next byte of the message */
+	__u32 len;
+	__u32 ended;      /* the response's last byte is at off - 1 */
+	__u32 halt;       /* HALT_* */
+	__u32 no_body;
+	__u32 hs;         /* head parser state */
+	__u32 pos;        /* the status line's bytes so far */
+	__u32 name_off;   /* a field name's first byte */
+	__u32 name_len;
+	__u32 field;      /* what the current field is */
+	__u32 vs;         /* its value: 0 before, 1 in, 2 after */
+	__u32 vpos;       /* digits, or chars of "chunked" matched */
+	__u32 fields;
+	__u32 status;
+	__u32 hflags;     /* HF_* */
 };
 
+/* sock_state: the kernel's own bookkeeping for one socket, keyed like its
+ * sock_ctl. Written only by the programs; the shim creates it zeroed (or
+ * with seen = the bytes it already read itself), then only reads it. */
 struct sock_state {
-	__u64 seen;       /* stream offset of the next byte the verdict sees */
+	__u64 seen;       /* stream offset of the next byte the program sees */
 	__u64 redirected; /* bytes of the current gen carried to the peer */
 	__u64 passed;     /* bytes handed to the shim, all gens */
 	__u64 carried;    /* bytes carried to the peer, all gens */
-	__u64 remaining;  /* response: bytes left in the CL body or chunk */
-	__u64 acc;        /* response: content-length or chunk-size being parsed */
+	struct frame fr;  /* the body's framing at seen (frozen at a halt) */
+	__u64 head_len;   /* REPLY: bytes of the response head */
+	__u64 content_length; /* REPLY: its Content-Length (HF_LENGTH) */
+	__u64 first_ns;   /* REPLY: CLOCK_MONOTONIC of the gen's first byte carried */
+	__u64 end_at;     /* REPLY: stream offset one past the response's last
+			   * byte, once the kernel found it */
 	__u32 gen;        /* the sock_ctl gen these counters belong to */
-	__u32 armed;      /* REQUEST: the arm found no unread passed bytes */
-	__u32 phase;      /* enum parse_phase */
-	__u32 line_pos;   /* response head: position in the current line */
-	__u32 flags;      /* response head: PF_* */
-	__u32 match;      /* response head: chars of "chunked" matched */
-	__u32 status;     /* response status code */
+	__u32 armed;      /* the arm found no byte the shim had not read */
+	__u32 status;     /* REPLY: the response status */
 	__u32 done_gen;   /* last gen whose response ended */
+	__u32 halt_gen;   /* last gen whose carrying stopped (HALT_*) */
+	__u32 halt_why;   /* HALT_* */
+	__u32 head_flags; /* REPLY: HF_* */
+	__u32 flags;      /* SF_* */
+	struct reply_walk walk; /* REPLY: lmw_reply's scratch */
 };
 
 /* replica_stats: per CPU, per replica (index = replica, array map). */
@@ -178,8 +289,6 @@ struct replica_stats {
  * reads would still wake the reader. */
 #define END_FRAMED 1 /* response: Content-Length or chunked end found */
 #define END_BODY 2   /* request: the last body byte was carried (cookie = client) */
-#define END_TAIL 4   /* no longer written (kept for the value's meaning: with
-		      * END_FRAMED, the last segment was passed) */
 
 struct response_end {
 	__u64 cookie; /* upstream socket cookie */

@@ -23,15 +23,49 @@ type LmwardenConnKey struct {
 	Pad    uint16
 }
 
-type LmwardenDispatchStats struct {
-	_             structs.HostLayout
-	Lookups       uint64
-	Own           uint64
-	Misses        uint64
-	NoListener    uint64
-	Assigned      uint64
-	FailedAssigns uint64
+type LmwardenDispatchOutcome uint32
+
+const (
+	LmwardenDispatchOutcomeDISPATCH_LOOKUPS       LmwardenDispatchOutcome = 0
+	LmwardenDispatchOutcomeDISPATCH_OWN           LmwardenDispatchOutcome = 1
+	LmwardenDispatchOutcomeDISPATCH_MISS          LmwardenDispatchOutcome = 2
+	LmwardenDispatchOutcomeDISPATCH_NO_LISTENER   LmwardenDispatchOutcome = 3
+	LmwardenDispatchOutcomeDISPATCH_ASSIGNED      LmwardenDispatchOutcome = 4
+	LmwardenDispatchOutcomeDISPATCH_FAILED_ASSIGN LmwardenDispatchOutcome = 5
+	LmwardenDispatchOutcomeDISPATCH_OUTCOMES      LmwardenDispatchOutcome = 6
+)
+
+type LmwardenFrame struct {
+	_         structs.HostLayout
+	Remaining uint64
+	Size      uint64
+	Phase     uint32
+	Line      uint32
+	Count     uint32
+	Pad       uint32
 }
+
+type LmwardenFramePhase uint32
+
+const (
+	LmwardenFramePhaseFR_CHUNK_SIZE     LmwardenFramePhase = 0
+	LmwardenFramePhaseFR_CHUNK_SIZE_BWS LmwardenFramePhase = 1
+	LmwardenFramePhaseFR_CHUNK_EXT      LmwardenFramePhase = 2
+	LmwardenFramePhaseFR_CHUNK_SIZE_LF  LmwardenFramePhase = 3
+	LmwardenFramePhaseFR_CHUNK_DATA     LmwardenFramePhase = 4
+	LmwardenFramePhaseFR_CHUNK_DATA_CR  LmwardenFramePhase = 5
+	LmwardenFramePhaseFR_CHUNK_DATA_LF  LmwardenFramePhase = 6
+	LmwardenFramePhaseFR_TRAILER        LmwardenFramePhase = 7
+	LmwardenFramePhaseFR_TRAILER_NAME   LmwardenFramePhase = 8
+	LmwardenFramePhaseFR_TRAILER_VALUE  LmwardenFramePhase = 9
+	LmwardenFramePhaseFR_TRAILER_LF     LmwardenFramePhase = 10
+	LmwardenFramePhaseFR_FINAL_LF       LmwardenFramePhase = 11
+	LmwardenFramePhaseFR_DONE           LmwardenFramePhase = 12
+	LmwardenFramePhaseFR_ERROR          LmwardenFramePhase = 13
+	LmwardenFramePhaseFR_LENGTH         LmwardenFramePhase = 16
+	LmwardenFramePhaseFR_UNTIL_CLOSE    LmwardenFramePhase = 17
+	LmwardenFramePhaseFR_HEAD           LmwardenFramePhase = 18
+)
 
 type LmwardenFrontendKey struct {
 	_      structs.HostLayout
@@ -52,17 +86,12 @@ type LmwardenOwnConn struct {
 	Flags  uint64
 }
 
-type LmwardenParsePhase uint32
+type LmwardenPairOutcome uint32
 
 const (
-	LmwardenParsePhasePH_HEAD        LmwardenParsePhase = 0
-	LmwardenParsePhasePH_CL_BODY     LmwardenParsePhase = 1
-	LmwardenParsePhasePH_CHUNK_SIZE  LmwardenParsePhase = 2
-	LmwardenParsePhasePH_CHUNK_EXT   LmwardenParsePhase = 3
-	LmwardenParsePhasePH_CHUNK_DATA  LmwardenParsePhase = 4
-	LmwardenParsePhasePH_TRAILER     LmwardenParsePhase = 5
-	LmwardenParsePhasePH_UNTIL_CLOSE LmwardenParsePhase = 6
-	LmwardenParsePhasePH_DONE        LmwardenParsePhase = 7
+	LmwardenPairOutcomePAIR_PAIRED   LmwardenPairOutcome = 0
+	LmwardenPairOutcomePAIR_FAILED   LmwardenPairOutcome = 1
+	LmwardenPairOutcomePAIR_OUTCOMES LmwardenPairOutcome = 2
 )
 
 type LmwardenReplicaStats struct {
@@ -91,18 +120,16 @@ type LmwardenSession struct {
 }
 
 type LmwardenSockCtl struct {
-	_              structs.HostLayout
-	Peer           uint64
-	ArmAt          uint64
-	BodyEnd        uint64
-	Gen            uint32
-	Mode           uint32
-	Replica        uint32
-	Flags          uint32
-	StartPhase     uint32
-	StartLinePos   uint32
-	StartRemaining uint64
-	StartAcc       uint64
+	_       structs.HostLayout
+	Peer    uint64
+	ArmAt   uint64
+	BodyEnd uint64
+	Credit  uint64
+	Gen     uint32
+	Mode    uint32
+	Replica uint32
+	Flags   uint32
+	Start   LmwardenFrame
 }
 
 type LmwardenSockMode uint32
@@ -111,47 +138,78 @@ const (
 	LmwardenSockModeSOCK_PASS     LmwardenSockMode = 0
 	LmwardenSockModeSOCK_REQUEST  LmwardenSockMode = 1
 	LmwardenSockModeSOCK_RESPONSE LmwardenSockMode = 2
+	LmwardenSockModeSOCK_REPLY    LmwardenSockMode = 3
 )
 
 type LmwardenSockState struct {
-	_          structs.HostLayout
-	Seen       uint64
-	Redirected uint64
-	Passed     uint64
-	Carried    uint64
-	Remaining  uint64
-	Acc        uint64
-	Gen        uint32
-	Armed      uint32
-	Phase      uint32
-	LinePos    uint32
-	Flags      uint32
-	Match      uint32
-	Status     uint32
-	DoneGen    uint32
+	_             structs.HostLayout
+	Seen          uint64
+	Redirected    uint64
+	Passed        uint64
+	Carried       uint64
+	Fr            LmwardenFrame
+	HeadLen       uint64
+	ContentLength uint64
+	FirstNs       uint64
+	EndAt         uint64
+	Gen           uint32
+	Armed         uint32
+	Status        uint32
+	DoneGen       uint32
+	HaltGen       uint32
+	HaltWhy       uint32
+	HeadFlags     uint32
+	Flags         uint32
+	Walk          struct {
+		_       structs.HostLayout
+		F       LmwardenFrame
+		Cl      uint64
+		HeadLen uint64
+		Off     uint32
+		Len     uint32
+		Ended   uint32
+		Halt    uint32
+		NoBody  uint32
+		Hs      uint32
+		Pos     uint32
+		NameOff uint32
+		NameLen uint32
+		Field   uint32
+		Vs      uint32
+		Vpos    uint32
+		Fields  uint32
+		Status  uint32
+		Hflags  uint32
+		_       [4]byte
+	}
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LmwardenMapLmwDispatchStats = "lmw_dispatch_stats"
-	LmwardenMapLmwFrontends     = "lmw_frontends"
-	LmwardenMapLmwListeners     = "lmw_listeners"
-	LmwardenMapLmwOwnConns      = "lmw_own_conns"
-	LmwardenMapLmwResponseEnds  = "lmw_response_ends"
-	LmwardenMapLmwSessions      = "lmw_sessions"
-	LmwardenMapLmwSockCtls      = "lmw_sock_ctls"
-	LmwardenMapLmwSockStates    = "lmw_sock_states"
-	LmwardenMapLmwSocks         = "lmw_socks"
-	LmwardenMapLmwStats         = "lmw_stats"
-	LmwardenProgLmwDispatch     = "lmw_dispatch"
-	LmwardenProgLmwVerdict      = "lmw_verdict"
-	LmwardenVarLmwBtfParsePhase = "lmw_btf_parse_phase"
-	LmwardenVarLmwBtfSockMode   = "lmw_btf_sock_mode"
-	LmwardenVarLmwChunked       = "lmw_chunked"
-	LmwardenVarLmwClName        = "lmw_cl_name"
-	LmwardenVarLmwTeName        = "lmw_te_name"
+	LmwardenMapLmwClientSocks        = "lmw_client_socks"
+	LmwardenMapLmwDispatchStats      = "lmw_dispatch_stats"
+	LmwardenMapLmwFrontends          = "lmw_frontends"
+	LmwardenMapLmwListeners          = "lmw_listeners"
+	LmwardenMapLmwOwnConns           = "lmw_own_conns"
+	LmwardenMapLmwPairStats          = "lmw_pair_stats"
+	LmwardenMapLmwPaired             = "lmw_paired"
+	LmwardenMapLmwReplicaSocks       = "lmw_replica_socks"
+	LmwardenMapLmwResponseEnds       = "lmw_response_ends"
+	LmwardenMapLmwSessions           = "lmw_sessions"
+	LmwardenMapLmwSockCtls           = "lmw_sock_ctls"
+	LmwardenMapLmwSockStates         = "lmw_sock_states"
+	LmwardenMapLmwSocks              = "lmw_socks"
+	LmwardenMapLmwStats              = "lmw_stats"
+	LmwardenProgLmwDispatch          = "lmw_dispatch"
+	LmwardenProgLmwPair              = "lmw_pair"
+	LmwardenProgLmwReply             = "lmw_reply"
+	LmwardenProgLmwVerdict           = "lmw_verdict"
+	LmwardenVarLmwBtfDispatchOutcome = "lmw_btf_dispatch_outcome"
+	LmwardenVarLmwBtfFramePhase      = "lmw_btf_frame_phase"
+	LmwardenVarLmwBtfPairOutcome     = "lmw_btf_pair_outcome"
+	LmwardenVarLmwBtfSockMode        = "lmw_btf_sock_mode"
 )
 
 // LoadLmwarden returns the embedded CollectionSpec for Lmwarden.
@@ -197,6 +255,8 @@ type LmwardenSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenProgramSpecs struct {
 	LmwDispatch *ebpf.ProgramSpec `ebpf:"lmw_dispatch"`
+	LmwPair     *ebpf.ProgramSpec `ebpf:"lmw_pair"`
+	LmwReply    *ebpf.ProgramSpec `ebpf:"lmw_reply"`
 	LmwVerdict  *ebpf.ProgramSpec `ebpf:"lmw_verdict"`
 }
 
@@ -204,10 +264,14 @@ type LmwardenProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenMapSpecs struct {
+	LmwClientSocks   *ebpf.MapSpec `ebpf:"lmw_client_socks"`
 	LmwDispatchStats *ebpf.MapSpec `ebpf:"lmw_dispatch_stats"`
 	LmwFrontends     *ebpf.MapSpec `ebpf:"lmw_frontends"`
 	LmwListeners     *ebpf.MapSpec `ebpf:"lmw_listeners"`
 	LmwOwnConns      *ebpf.MapSpec `ebpf:"lmw_own_conns"`
+	LmwPairStats     *ebpf.MapSpec `ebpf:"lmw_pair_stats"`
+	LmwPaired        *ebpf.MapSpec `ebpf:"lmw_paired"`
+	LmwReplicaSocks  *ebpf.MapSpec `ebpf:"lmw_replica_socks"`
 	LmwResponseEnds  *ebpf.MapSpec `ebpf:"lmw_response_ends"`
 	LmwSessions      *ebpf.MapSpec `ebpf:"lmw_sessions"`
 	LmwSockCtls      *ebpf.MapSpec `ebpf:"lmw_sock_ctls"`
@@ -220,11 +284,10 @@ type LmwardenMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenVariableSpecs struct {
-	LmwBtfParsePhase *ebpf.VariableSpec `ebpf:"lmw_btf_parse_phase"`
-	LmwBtfSockMode   *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
-	LmwChunked       *ebpf.VariableSpec `ebpf:"lmw_chunked"`
-	LmwClName        *ebpf.VariableSpec `ebpf:"lmw_cl_name"`
-	LmwTeName        *ebpf.VariableSpec `ebpf:"lmw_te_name"`
+	LmwBtfDispatchOutcome *ebpf.VariableSpec `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase      *ebpf.VariableSpec `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome     *ebpf.VariableSpec `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode        *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenObjects contains all objects after they have been loaded into the kernel.
@@ -247,10 +310,14 @@ func (o *LmwardenObjects) Close() error {
 //
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenMaps struct {
+	LmwClientSocks   *ebpf.Map `ebpf:"lmw_client_socks"`
 	LmwDispatchStats *ebpf.Map `ebpf:"lmw_dispatch_stats"`
 	LmwFrontends     *ebpf.Map `ebpf:"lmw_frontends"`
 	LmwListeners     *ebpf.Map `ebpf:"lmw_listeners"`
 	LmwOwnConns      *ebpf.Map `ebpf:"lmw_own_conns"`
+	LmwPairStats     *ebpf.Map `ebpf:"lmw_pair_stats"`
+	LmwPaired        *ebpf.Map `ebpf:"lmw_paired"`
+	LmwReplicaSocks  *ebpf.Map `ebpf:"lmw_replica_socks"`
 	LmwResponseEnds  *ebpf.Map `ebpf:"lmw_response_ends"`
 	LmwSessions      *ebpf.Map `ebpf:"lmw_sessions"`
 	LmwSockCtls      *ebpf.Map `ebpf:"lmw_sock_ctls"`
@@ -261,10 +328,14 @@ type LmwardenMaps struct {
 
 func (m *LmwardenMaps) Close() error {
 	return _LmwardenClose(
+		m.LmwClientSocks,
 		m.LmwDispatchStats,
 		m.LmwFrontends,
 		m.LmwListeners,
 		m.LmwOwnConns,
+		m.LmwPairStats,
+		m.LmwPaired,
+		m.LmwReplicaSocks,
 		m.LmwResponseEnds,
 		m.LmwSessions,
 		m.LmwSockCtls,
@@ -278,11 +349,10 @@ func (m *LmwardenMaps) Close() error {
 //
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenVariables struct {
-	LmwBtfParsePhase *ebpf.Variable `ebpf:"lmw_btf_parse_phase"`
-	LmwBtfSockMode   *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
-	LmwChunked       *ebpf.Variable `ebpf:"lmw_chunked"`
-	LmwClName        *ebpf.Variable `ebpf:"lmw_cl_name"`
-	LmwTeName        *ebpf.Variable `ebpf:"lmw_te_name"`
+	LmwBtfDispatchOutcome *ebpf.Variable `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase      *ebpf.Variable `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome     *ebpf.Variable `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode        *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenPrograms contains all programs after they have been loaded into the kernel.
@@ -290,12 +360,16 @@ type LmwardenVariables struct {
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenPrograms struct {
 	LmwDispatch *ebpf.Program `ebpf:"lmw_dispatch"`
+	LmwPair     *ebpf.Program `ebpf:"lmw_pair"`
+	LmwReply    *ebpf.Program `ebpf:"lmw_reply"`
 	LmwVerdict  *ebpf.Program `ebpf:"lmw_verdict"`
 }
 
 func (p *LmwardenPrograms) Close() error {
 	return _LmwardenClose(
 		p.LmwDispatch,
+		p.LmwPair,
+		p.LmwReply,
 		p.LmwVerdict,
 	)
 }

@@ -33,13 +33,20 @@ type OwnDialer struct {
 }
 
 // NewOwnDialer returns a dialer over st; timeout bounds each connect.
-func NewOwnDialer(st *maps.State, timeout time.Duration) *OwnDialer {
-	return &OwnDialer{st: st, timeout: timeout, src: map[netip.Addr]netip.Addr{}}
+// With pair, the replica's end of each connection is paired for the
+// sk_msg datapath (OWN_PAIR): for upstream connections of MsgPath only.
+func NewOwnDialer(st *maps.State, timeout time.Duration, pair bool) *OwnDialer {
+	d := &OwnDialer{st: st, timeout: timeout, src: map[netip.Addr]netip.Addr{}}
+	if pair {
+		d.flags = maps.OwnPair
+	}
+	return d
 }
 
 // DialTCP opens a registered connection to addr (host:port); release
-// forgets the registration and must run once the connection has closed
-// (l7.Upstreams does that: it is an l7.DialFunc).
+// forgets the registration (and the kernel's entries of the socket) and
+// must run once the connection has closed (l7.Upstreams does that: it is
+// an l7.DialFunc).
 func (d *OwnDialer) DialTCP(ctx context.Context, addr string) (*net.TCPConn, func(), error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -94,6 +101,7 @@ func (d *OwnDialer) dialAddr(ctx context.Context, dst netip.AddrPort) (*net.TCPC
 		return nil, nil, err
 	}
 	var key maps.ConnKey
+	var cookie uint64
 	registered := false
 	dialer := net.Dialer{Timeout: d.timeout, KeepAlive: 30 * time.Second}
 	dialer.SetMultipathTCP(false) // a sockmap refuses MPTCP sockets
@@ -122,9 +130,7 @@ func (d *OwnDialer) dialAddr(ctx context.Context, dst netip.AddrPort) (*net.TCPC
 			case *unix.SockaddrInet6:
 				port = b.Port
 			}
-			cookie, err := unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE)
-			if err != nil {
-				cerr = err
+			if cookie, cerr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE); cerr != nil {
 				return
 			}
 			key = maps.OwnConnKey(netip.AddrPortFrom(src, uint16(port)), dst)
@@ -145,7 +151,10 @@ func (d *OwnDialer) dialAddr(ctx context.Context, dst netip.AddrPort) (*net.TCPC
 		d.forgetSource(dst.Addr()) // the route may have changed
 		return nil, nil, err
 	}
-	return nc.(*net.TCPConn), func() { d.st.ForgetOwnConn(key) }, nil
+	return nc.(*net.TCPConn), func() {
+		d.st.ForgetOwnConn(key)
+		d.st.ForgetSocket(cookie)
+	}, nil
 }
 
 // source returns the address the kernel picks as source towards dst (a

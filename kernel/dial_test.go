@@ -25,7 +25,7 @@ func TestOwnConnectionsAreNeverSteeredIntoTheShim(t *testing.T) {
 	if err := st.AddFrontend(front, shim, false); err != nil {
 		t.Fatal(err)
 	}
-	d := NewOwnDialer(st, 3*time.Second)
+	d := NewOwnDialer(st, 3*time.Second, false)
 	for range 3 {
 		if got := acceptedBy(t, mustDialPlain(t, front.String()), replica, shim); got != 1 {
 			t.Fatalf("a client's connection went to listener %d, want the shim (1)", got)
@@ -60,7 +60,7 @@ func TestOwnDialerKeepsTheKernelsSourceAddress(t *testing.T) {
 	}
 	st := kerneltest.State(t)
 	replica := mustListen(t, "127.0.0.3:0")
-	d := NewOwnDialer(st, 3*time.Second)
+	d := NewOwnDialer(st, 3*time.Second, false)
 	c, release, err := d.DialTCP(context.Background(), replica.Addr().String())
 	if err != nil {
 		t.Fatal(err)

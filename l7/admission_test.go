@@ -1,12 +1,14 @@
 package l7
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -27,13 +29,9 @@ func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duratio
 
 func waitParked(tb testing.TB, m *agent.Model, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.AdmissionStats().Parked != n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("parked %d, want %d", m.AdmissionStats().Parked, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(tb, 10*time.Second, fmt.Sprintf("%d requests parked", n), func() bool {
+		return m.AdmissionStats().Parked == n
+	})
 }
 
 func TestParkedRequestIsPlacedAfterTheAdmissionTimeout(t *testing.T) {

@@ -1,7 +1,6 @@
 package l7
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -19,6 +18,10 @@ type Conn struct {
 	buf     []byte // backing store that Pending usually points into
 	release func() // runs once, after the socket closes (see DialFunc)
 	closed  sync.Once
+	// Datapath is the datapath's own record of this connection (a kernel
+	// datapath keeps the socket's cookie and state there); the shim never
+	// reads it.
+	Datapath any
 	// stampRead asks the next read that brings bytes to note its time in
 	// readAt (the first body byte after a response head; see forward.go).
 	stampRead bool
@@ -52,8 +55,8 @@ var (
 	errBadChunk    = errors.New("l7: malformed chunked body")
 )
 
-// fill reads at least one more byte from the connection into Pending.
-func (c *Conn) fill() error {
+// Fill reads at least one more byte from the connection into Pending.
+func (c *Conn) Fill() error {
 	if c.buf == nil {
 		c.buf = make([]byte, 32<<10)
 	}
@@ -80,27 +83,6 @@ func (c *Conn) fill() error {
 		err = io.ErrNoProgress
 	}
 	return err
-}
-
-// readLine returns the next line through its LF, taken from Pending and
-// the connection; bytes read past it stay in Pending.
-func (c *Conn) readLine() ([]byte, error) {
-	for {
-		if i := bytes.IndexByte(c.Pending, '\n'); i >= 0 {
-			line := c.Pending[:i+1]
-			c.Pending = c.Pending[i+1:]
-			return line, nil
-		}
-		if len(c.Pending) > maxLine {
-			return nil, errLineTooLong
-		}
-		if err := c.fill(); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-	}
 }
 
 // copyTo moves exactly n bytes (or, with n < 0, everything until EOF) from
@@ -145,8 +127,9 @@ func (c *Conn) copyTo(dst *Conn, n int64, idle time.Duration) (int64, error) {
 	return done, nil
 }
 
-// writeAll writes bufs to the connection in one writev where possible.
-func (c *Conn) writeAll(idle time.Duration, bufs ...[]byte) (int64, error) {
+// WriteAll writes bufs to the connection in one writev where possible,
+// within idle.
+func (c *Conn) WriteAll(idle time.Duration, bufs ...[]byte) (int64, error) {
 	_ = c.SetWriteDeadline(time.Now().Add(idle))
 	nb := net.Buffers(bufs)
 	return nb.WriteTo(c.TCPConn)

@@ -18,6 +18,10 @@ type Exchange struct {
 	// write) before giving up with a timeout error; it renews on progress.
 	Idle time.Duration
 
+	// FirstByteAt: when the first response byte went to the client, set
+	// by a datapath that carried the response itself (ResponseCarrier).
+	FirstByteAt time.Time
+
 	// Filled in by the datapath: body bytes it moved each way.
 	BodyBytesUp, BodyBytesDown int64
 

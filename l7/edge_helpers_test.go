@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 )
 
 // scripted is a keep-alive HTTP/1.1 "replica" that answers each request
@@ -91,13 +92,7 @@ func rawRequest(method, target, extra, body string) string {
 // is asynchronous to the test) and fails after a generous bound.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("still waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(tb, 10*time.Second, what, cond)
 }
 
 // placedOn lists, per replica, how many requests the model placed there.

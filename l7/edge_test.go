@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -744,11 +745,13 @@ func TestAbusiveClientsLeaveNothingBehind(t *testing.T) {
 			c.Close()
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); openConns(s) != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the shim still serves %s (in the order dialled) after they closed", stillServed(s, clients))
+	testutil.Eventually(t, 10*time.Second, "the shim to close every connection its clients closed", func() bool {
+		if openConns(s) != 0 {
+			t.Logf("the shim still serves %s (in the order dialled)", stillServed(s, clients))
+			return false
 		}
-	}
+		return true
+	})
 	waitInFlight(t, m)
 	waitFor(t, "the replica to drop its aborted requests", func() bool { return simIdle(sv, 1) })
 	waitFor(t, "every socket to close", func() bool {

@@ -64,6 +64,13 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	}
 	status, err := s.relay(x, &p, reused)
 	up = x.Upstream // relay may have replaced a dead pooled connection
+	if err != nil && status != 0 {
+		// The shim answers the client itself: a kernel datapath must not
+		// carry the replica's answer into it as well (unless it began).
+		if rc, ok := s.dp.(ResponseCarrier); ok && rc.Disarm(x) {
+			status = 0
+		}
+	}
 	if err == nil {
 		s.observe(x, start, time.Now())
 	}
@@ -130,7 +137,7 @@ func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Place
 		case <-tick.C:
 			if !probed && h.Version == "HTTP/1.1" && peerGone(client, false) {
 				probed = true
-				_, _ = client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+				_, _ = client.WriteAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
 			}
 			if !peerGone(client, true) {
 				continue
@@ -170,24 +177,50 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	client, h := x.Client, x.Request
 	if h.ExpectContinue {
 		// The shim stripped Expect and is ready for the body now.
-		if _, err := client.writeAll(s.opts.BodyTimeout, []byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+		if _, err := client.WriteAll(s.opts.BodyTimeout, []byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
 			return 0, err
 		}
 	}
+	// A datapath that carries whole responses is armed before the request
+	// goes out, when the client may get the replica's head as it is.
+	carrier, _ := s.dp.(ResponseCarrier)
+	armed := false
+	arm := func() error {
+		armed = false
+		if carrier == nil || !s.headAsIs(x) {
+			return nil
+		}
+		var err error
+		if armed, err = carrier.ArmResponse(x); armed {
+			s.trackArmed(x, true)
+		}
+		return err
+	}
+	defer func() {
+		if armed {
+			s.trackArmed(x, false)
+		}
+	}()
 	head := upstreamHead(h, p.RankHeader, p.Addr)
 	// Body bytes that came with the head go out in the same writev.
 	var early int
 	if h.Framing == FramingLength {
 		early = int(min(int64(len(client.Pending)), h.ContentLength))
 	}
-	_, err := x.Upstream.writeAll(s.opts.BodyTimeout, head, client.Pending[:early])
+	err := arm()
+	if err == nil {
+		_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
+	}
 	if err != nil && reused {
 		// The pooled connection died between the liveness check and this
 		// write: the replica saw nothing usable, so a fresh one is safe.
 		x.Upstream.Close()
 		x.Upstream, err = s.pool.Dial(context.Background(), p.Addr)
 		if err == nil {
-			_, err = x.Upstream.writeAll(s.opts.BodyTimeout, head, client.Pending[:early])
+			err = arm()
+		}
+		if err == nil {
+			_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
 		}
 	}
 	if err != nil {
@@ -207,7 +240,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
 			return 400, err // the client's framing is broken
 		}
-		if !s.answeredEarly(x) {
+		if !s.answeredEarly(x, armed) {
 			return 502, err
 		}
 		// The replica answered before it took the whole body (a body
@@ -216,8 +249,10 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	x.Request = h
 
-	watch := watchResponse(client, x.Upstream, h)
-	resp, err := s.readResponseHead(x, watch)
+	// A kernel-carried response reaches the client without the shim: the
+	// watch disarms it before it writes a 100 Continue probe.
+	watch := watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
+	resp, carried, err := s.awaitResponse(x, watch, armed)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
 		// The replica closed a pooled connection instead of answering:
 		// it was closing it as idle when the request arrived and never
@@ -230,16 +265,24 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if x.Upstream, err = s.pool.Dial(context.Background(), p.Addr); err != nil {
 			return 502, err
 		}
-		if _, err = x.Upstream.writeAll(s.opts.BodyTimeout, head, sent); err != nil {
+		if err = arm(); err != nil {
 			return 502, err
 		}
+		// Counted before the write: a kernel datapath can carry the
+		// answer to the client before this goroutine runs again.
 		s.stats.replays.Add(1)
-		watch = watchResponse(client, x.Upstream, h)
-		resp, err = s.readResponseHead(x, watch)
+		if _, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, sent); err != nil {
+			return 502, err
+		}
+		watch = watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
+		resp, carried, err = s.awaitResponse(x, watch, armed)
 	}
 	if err != nil {
 		if watch.stop() {
 			return 0, errClientGone
+		}
+		if carried {
+			return 0, err // the client has part of the response
 		}
 		if errors.Is(err, ErrHeadTimeout) {
 			return 504, err
@@ -249,6 +292,17 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	x.Response = resp
 	if x.earlyAnswer {
 		resp.Reusable = false // the rest of the request never went there
+	}
+	if carried {
+		// The kernel sent the first byte; the datapath says when.
+		x.headAt = x.FirstByteAt
+		if x.headAt.IsZero() {
+			x.headAt = time.Now()
+		}
+		if watch.stop() {
+			return 0, errClientGone
+		}
+		return 0, nil
 	}
 	dechunk := dechunked(h, resp)
 	// The first body byte: with the head, or the next read that brings
@@ -277,6 +331,59 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		return 0, err
 	}
 	return 0, nil
+}
+
+// trackArmed records that x may be carried by the datapath (or no longer),
+// so that Close can disarm it; one armed while Close ran is disarmed here.
+func (s *Shim) trackArmed(x *Exchange, on bool) {
+	s.mu.Lock()
+	if !on {
+		delete(s.armed, x)
+		s.mu.Unlock()
+		return
+	}
+	s.armed[x] = struct{}{}
+	closing := s.closing.Load()
+	s.mu.Unlock()
+	if closing {
+		s.dp.(ResponseCarrier).Disarm(x)
+	}
+}
+
+// probeGuard is what a client watch runs before its 100 Continue probe
+// while the kernel may carry the response: disarm it, and probe only if
+// it carried nothing yet.
+func (s *Shim) probeGuard(x *Exchange, armed bool) func() bool {
+	if !armed {
+		return nil
+	}
+	return func() bool { return !s.dp.(ResponseCarrier).Disarm(x) }
+}
+
+// headAsIs reports whether the client may get the replica's response head
+// as it is, so that a kernel datapath may carry it: an HTTP/1.1 client
+// keeping its connection (no Connection header to add), not parked
+// (no X-Warden-Parked-Seconds to add), with the shim not shutting down.
+// The kernel itself leaves heads with hop-by-hop fields to the shim.
+func (s *Shim) headAsIs(x *Exchange) bool {
+	h := x.Request
+	return h.Version == "HTTP/1.1" && h.KeepAlive && x.parked == 0 && !s.closing.Load()
+}
+
+// awaitResponse waits for the response: carried whole by an armed
+// datapath, or its head read here (a datapath that hands the response to
+// the shim leaves what it read of it in x.Upstream.Pending).
+func (s *Shim) awaitResponse(x *Exchange, watch *clientWatch, armed bool) (*ResponseHead, bool, error) {
+	if armed {
+		x.Idle = s.opts.ResponseTimeout
+		resp, carried, err := s.dp.(ResponseCarrier).AwaitResponse(x)
+		if err != nil || carried {
+			return resp, carried, err
+		}
+		x.Idle = s.opts.BodyTimeout
+	}
+	resp, err := s.readResponseHead(x, watch)
+	return resp, false, err
 }
 
 // responseObserver is implemented by *agent.Model: it keeps the time to
@@ -377,9 +484,13 @@ func dechunked(h *Head, r *ResponseHead) bool {
 
 // answeredEarly reports whether the replica has sent something (its
 // response, as the relay of the request body failed) that the shim can
-// still read. Only the userspace datapath leaves the replica socket plain
-// to read after a failed request body.
-func (s *Shim) answeredEarly(x *Exchange) bool {
+// still read, or that an armed datapath carries. Of the others only the
+// userspace datapath leaves the replica socket plain to read after a
+// failed request body.
+func (s *Shim) answeredEarly(x *Exchange, armed bool) bool {
+	if armed {
+		return s.dp.(ResponseCarrier).AnsweredEarly(x) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+	}
 	if _, user := s.dp.(*UserPath); !user {
 		return false
 	}
@@ -428,7 +539,7 @@ func (s *Shim) reject(c *Conn, status int, h *Head) {
 		b = append(b, text...)
 		b = append(b, '\n')
 	}
-	if _, err := c.writeAll(time.Second, b); err != nil {
+	if _, err := c.WriteAll(time.Second, b); err != nil {
 		return
 	}
 	lingerClose(c)

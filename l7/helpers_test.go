@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testnet"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -85,13 +87,13 @@ func mustShim(tb testing.TB, m Placer, opts Options) (*Shim, string) {
 // an exchange after a client abort is asynchronous to the test.
 func waitInFlight(tb testing.TB, m *agent.Model) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Status().InFlight != 0 {
-		if time.Now().After(deadline) {
-			tb.Fatalf("in flight stuck at %d", m.Status().InFlight)
+	testutil.Eventually(tb, 10*time.Second, "no request in flight", func() bool {
+		if n := m.Status().InFlight; n != 0 {
+			tb.Logf("in flight: %d", n)
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // client is one raw client connection with its own reader.
@@ -206,16 +208,11 @@ func readRequestHead(c net.Conn) (*Head, []byte, error) {
 	return ReadHead(c, nil)
 }
 
-// deadURL is a loopback address where nothing listens.
+// deadURL is a loopback address where a connect is refused for the whole
+// test (each call another one: a model refuses duplicate replicas).
 func deadURL(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return "http://" + testnet.RefusingAddr(tb)
 }
 
 // engineFirstTokens reads a one-endpoint replica's /metrics and returns,

@@ -1,6 +1,11 @@
 package l7
 
 // defaultDatapath is the datapath of a shim whose Options name none: the
-// userspace one. A variable so that the test suite can run every shim test
-// over the kernel datapath as well (TestShimSuiteOverKernelDatapath).
-var defaultDatapath = func() Datapath { return NewUserPath() }
+// userspace one; defaultDial the dial function of a pool the shim makes
+// itself (nil: a plain dialer). Variables so that the test suite can run
+// every shim test over each kernel datapath as well
+// (TestShimSuiteOverKernelDatapaths, export_test.go).
+var (
+	defaultDatapath = func() Datapath { return NewUserPath() }
+	defaultDial     DialFunc
+)

@@ -99,29 +99,3 @@ func TestResponseFramingRules(t *testing.T) {
 		}
 	}
 }
-
-func TestTrailerLinesMustBeWellFormedFields(t *testing.T) {
-	for _, ok := range []string{"\r\n", "X-Checksum: abc\r\n", "x:\r\n"} {
-		if err := checkTrailerLine([]byte(ok)); err != nil {
-			t.Errorf("%q rejected", ok)
-		}
-	}
-	for _, bad := range []string{"\n", "X-A: 1\n", " folded\r\n", "no colon\r\n", "X-A: a\rb\r\n", "X A: 1\r\n"} {
-		if err := checkTrailerLine([]byte(bad)); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func TestParseChunkSizeIsStrict(t *testing.T) {
-	for line, want := range map[string]int64{"1a\r\n": 26, "0\r\n": 0, "FF;name=v\r\n": 255, "10 ;e\r\n": 16} {
-		if n, err := parseChunkSize([]byte(line)); err != nil || n != want {
-			t.Errorf("%q: %d %v, want %d", line, n, err, want)
-		}
-	}
-	for _, line := range []string{"\r\n", "zz\r\n", "1a\n", "-1\r\n", "1234567890abcdef0\r\n", "0x10\r\n", "10 \r\n", "5;a\rb\r\n", "5;a\x00\r\n"} {
-		if _, err := parseChunkSize([]byte(line)); err == nil {
-			t.Errorf("%q accepted", line)
-		}
-	}
-}

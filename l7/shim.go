@@ -74,6 +74,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Upstreams == nil {
 		o.Upstreams = NewUpstreams(o.ConnectTimeout, o.UpstreamIdleTimeout, o.MaxIdlePerReplica)
+		if defaultDial != nil {
+			o.Upstreams.SetDial(defaultDial)
+		}
 	}
 }
 
@@ -96,8 +99,9 @@ type Shim struct {
 	closing atomic.Bool
 	mu      sync.Mutex
 	lns     map[*net.TCPListener]struct{}
-	conns   map[*Conn]bool // value: idle (waiting for a request head)
-	wg      sync.WaitGroup // one per connection goroutine
+	conns   map[*Conn]bool         // value: idle (waiting for a request head)
+	armed   map[*Exchange]struct{} // exchanges a ResponseCarrier may carry
+	wg      sync.WaitGroup         // one per connection goroutine
 	stats   stats
 }
 
@@ -109,6 +113,7 @@ func NewShim(m Placer, opts Options) *Shim {
 		log:   opts.Logger.With("model", m.Name()),
 		lns:   map[*net.TCPListener]struct{}{},
 		conns: map[*Conn]bool{},
+		armed: map[*Exchange]struct{}{},
 	}
 }
 
@@ -226,6 +231,21 @@ func (s *Shim) Close() error {
 	for ln := range s.lns {
 		ln.Close()
 	}
+	armed := make([]*Exchange, 0, len(s.armed))
+	for x := range s.armed {
+		armed = append(armed, x)
+	}
+	s.mu.Unlock()
+	// Responses a kernel datapath would carry with the replica's head as
+	// it is go through the shim instead, which says Connection: close
+	// (unless they began: those end, then the connection closes). First,
+	// so that a client sees its idle connection close only after.
+	var dis sync.WaitGroup
+	for _, x := range armed {
+		dis.Go(func() { s.dp.(ResponseCarrier).Disarm(x) })
+	}
+	dis.Wait()
+	s.mu.Lock()
 	for c, idle := range s.conns {
 		if idle {
 			c.Close()

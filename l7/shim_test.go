@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -307,9 +308,7 @@ func TestClientAbortReleasesInFlight(t *testing.T) {
 	_, addr := mustShim(t, m, Options{})
 	c := mustDial(t, addr)
 	c.send(t, messagesRequest("a", []string{"hi"}, "X-Warden-Replica: 0\r\n"))
-	for m.Status().InFlight != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the request in flight", func() bool { return m.Status().InFlight == 1 })
 	c.Close()
 	waitInFlight(t, m)
 
@@ -350,14 +349,18 @@ func TestExpectContinueIsAnsweredByTheShim(t *testing.T) {
 }
 
 func TestPooledConnectionClosedByReplicaDoesNotFailTheNextRequest(t *testing.T) {
+	// The replica drops each keep-alive connection right after its
+	// answer, as when it closes idle ones: whether the shim pooled the
+	// connection before it saw the close or not, the next request works.
+	closed := make(chan struct{}, 4)
 	up := rawUpstream(t, func(c net.Conn) {
 		readRequestHead(c)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		// Then the replica drops the idle keep-alive connection.
+		c.Close()
+		closed <- struct{}{}
 	})
 	m := mustModel(t, modelConfig(up))
-	s, addr := mustShim(t, m, Options{})
-	upAddr := strings.TrimPrefix(up, "http://")
+	_, addr := mustShim(t, m, Options{})
 	for i := range 3 {
 		c := mustDial(t, addr)
 		c.send(t, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -365,12 +368,11 @@ func TestPooledConnectionClosedByReplicaDoesNotFailTheNextRequest(t *testing.T) 
 		if resp.StatusCode != 200 || body != "ok" {
 			t.Fatalf("request %d: status %d body %q", i, resp.StatusCode, body)
 		}
-		// Wait until the pool holds the connection and the replica has
-		// closed its end.
-		for s.pool.Idle(upAddr) == 0 {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-closed: // the replica has closed its end
+		case <-time.After(10 * time.Second):
+			t.Fatal("the replica did not close its end")
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -386,9 +388,7 @@ func TestGracefulCloseLetsInFlightRequestFinish(t *testing.T) {
 	idle := mustDial(t, addr)
 	c := mustDial(t, addr)
 	c.send(t, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-	for m.Status().InFlight != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the request in flight", func() bool { return m.Status().InFlight == 1 })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	if !idle.closed() {

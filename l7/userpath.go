@@ -1,7 +1,8 @@
 package l7
 
 import (
-	"bytes"
+	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,130 +114,64 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 // HTTP/1.0 client, whose response is then delimited by the close). It
 // returns the bytes written to dst.
 func copyChunked(dst, src *Conn, x *Exchange, dechunk bool) (int64, error) {
+	return RelayChunked(dst, src, x.Idle, dechunk, true)
+}
+
+// spliceChunk is the chunk data left, with nothing of it read yet, from
+// which RelayChunked moves it with splice(2) instead of reading it.
+const spliceChunk = 16 << 10
+
+// RelayChunked moves a chunked body from src to dst, framed by the one
+// chunked parser (ChunkedBody): what each read brings goes out in one
+// write (an SSE event is one read and one write). With splice, large chunk
+// data is spliced; a socket in a sockmap cannot be (its bytes are not on
+// the TCP queue), so the sk_skb datapath passes false. With dechunk, only
+// the chunk data is written. Bytes past the body stay in src.Pending.
+func RelayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int64, error) {
+	var p ChunkedBody
 	var total int64
-	write := func(bufs ...[]byte) error {
-		if dechunk { // keep only the data: bufs[1] when there is one
-			if len(bufs) < 2 {
-				return nil
-			}
-			bufs = bufs[1:2]
-		}
-		n, err := dst.writeAll(x.Idle, bufs...)
-		total += n
-		return err
-	}
-	for {
-		_ = src.SetReadDeadline(time.Now().Add(x.Idle))
-		line, err := src.readLine()
-		if err != nil {
-			return total, err
-		}
-		size, err := parseChunkSize(line)
-		if err != nil {
-			return total, err
-		}
-		if size == 0 {
-			// Last chunk: trailers up to the empty line go with it.
-			out := append([]byte(nil), line...)
-			for {
-				t, err := src.readLine()
+	var pieces [][]byte
+	for !p.Done() {
+		if len(src.Pending) == 0 {
+			if splice && p.InData() && p.Remaining >= spliceChunk {
+				m, err := src.copyTo(dst, int64(p.Remaining), idle)
+				total += m
+				p.Skip(uint64(m))
 				if err != nil {
 					return total, err
 				}
-				if err := checkTrailerLine(t); err != nil {
-					return total, err
-				}
-				out = append(out, t...)
-				if len(out) > MaxHeadBytes {
-					return total, errBadChunk
-				}
-				if bytes.Equal(t, []byte("\r\n")) {
-					break
-				}
+				continue
 			}
-			return total, write(out)
-		}
-		if avail := int64(len(src.Pending)); avail >= size+2 {
-			// The whole chunk arrived with its size line: one writev.
-			data := src.Pending[:size+2]
-			if data[size] != '\r' || data[size+1] != '\n' {
-				return total, errBadChunk
-			}
-			src.Pending = src.Pending[size+2:]
-			if err := write(line, data[:size], data[size:]); err != nil {
+			_ = src.SetReadDeadline(time.Now().Add(idle))
+			if err := src.Fill(); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
 				return total, err
 			}
-			continue
 		}
-		if err := write(line); err != nil {
-			return total, err
+		buf := src.Pending
+		pieces = pieces[:0]
+		i := 0
+		for i < len(buf) && !p.Done() {
+			n, data, err := p.Next(buf[i:])
+			if err != nil {
+				return total, err
+			}
+			if dechunk && data && n > 0 {
+				pieces = append(pieces, buf[i:i+n])
+			}
+			i += n
 		}
-		m, err := src.copyTo(dst, size, x.Idle)
-		total += m
+		if !dechunk {
+			pieces = append(pieces, buf[:i])
+		}
+		src.Pending = buf[i:]
+		n, err := dst.WriteAll(idle, pieces...)
+		total += n
 		if err != nil {
 			return total, err
 		}
-		crlf, err := src.readLine()
-		if err != nil {
-			return total, err
-		}
-		if !bytes.Equal(crlf, []byte("\r\n")) {
-			return total, errBadChunk
-		}
-		if err := write(crlf); err != nil {
-			return total, err
-		}
 	}
-}
-
-// parseChunkSize reads the hex size of a chunk line ("1a;ext=v\r\n").
-// Strict: CRLF ending, at most 15 hex digits, nothing but an extension
-// after the size, so the shim and the upstream agree on every boundary.
-func parseChunkSize(line []byte) (int64, error) {
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return 0, errBadChunk
-	}
-	line = line[:len(line)-2]
-	for _, c := range line {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return 0, errBadChunk // a bare CR ends the line for some parsers
-		}
-	}
-	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		line = bytes.TrimRight(line[:i], " \t") // BWS only before an extension
-	}
-	if len(line) == 0 || len(line) > 15 {
-		return 0, errBadChunk
-	}
-	var n int64
-	for _, c := range line {
-		switch {
-		case c >= '0' && c <= '9':
-			n = n<<4 | int64(c-'0')
-		case c >= 'a' && c <= 'f':
-			n = n<<4 | int64(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			n = n<<4 | int64(c-'A'+10)
-		default:
-			return 0, errBadChunk
-		}
-	}
-	return n, nil
-}
-
-// checkTrailerLine accepts the blank line that ends a chunked body or a
-// well-formed trailer field line, CRLF-terminated: a trailer that two
-// parsers read differently (bare LF, obs-fold, control bytes) could hide a
-// request boundary, so it is an error like a bad chunk size.
-func checkTrailerLine(t []byte) error {
-	if len(t) < 2 || t[len(t)-2] != '\r' {
-		return errBadChunk
-	}
-	if len(t) == 2 {
-		return nil
-	}
-	if _, err := parseHeaderLine(string(t[:len(t)-2])); err != nil {
-		return errBadChunk
-	}
-	return nil
+	return total, nil
 }

@@ -33,26 +33,31 @@ import (
 // during the replica's prefill is noticed then, not at its first token.
 // A client that half-closed draws no reset and gets its whole answer.
 type clientWatch struct {
-	client   *Conn
-	onGone   func()
-	probeOK  bool // a FIN may be probed with 100 Continue (HTTP/1.1)
-	done     chan struct{}
-	stopped  chan struct{} // closed by stop: wakes waitReset
-	stopping atomic.Bool
-	gone     atomic.Bool
-	got      []byte
+	client  *Conn
+	onGone  func()
+	probeOK bool // a FIN may be probed with 100 Continue (HTTP/1.1)
+	// beforeProbe, if set, runs before the probe is written and may
+	// refuse it (a kernel datapath disarms its carrying of the response;
+	// one that has begun writing the response into the client refuses).
+	beforeProbe func() bool
+	done        chan struct{}
+	stopped     chan struct{} // closed by stop: wakes waitReset
+	stopping    atomic.Bool
+	gone        atomic.Bool
+	got         []byte
 
 	mu        sync.Mutex // serialises the probe with the shim's writes of heads
 	headSent  bool       // the final response head is on its way: no 1xx any more
 	probeSent bool       // the 100 Continue probe went out
 }
 
-// watchResponse watches while the response to h is pending.
-func watchResponse(client, upstream *Conn, h *Head) *clientWatch {
+// watchResponse watches while the response to h is pending; beforeProbe,
+// if not nil, runs before a 100 Continue probe (see clientWatch).
+func watchResponse(client, upstream *Conn, h *Head, beforeProbe func() bool) *clientWatch {
 	w := &clientWatch{
 		client: client, onGone: func() { upstream.Close() },
-		probeOK: h.Version == "HTTP/1.1",
-		done:    make(chan struct{}), stopped: make(chan struct{}),
+		probeOK: h.Version == "HTTP/1.1", beforeProbe: beforeProbe,
+		done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	_ = client.SetReadDeadline(time.Time{})
 	go w.run()
@@ -65,7 +70,7 @@ func (w *clientWatch) writeHead(idle time.Duration, b []byte, final bool) error 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.headSent = w.headSent || final
-	_, err := w.client.writeAll(idle, b)
+	_, err := w.client.WriteAll(idle, b)
 	return err
 }
 
@@ -99,9 +104,9 @@ const (
 // with a reset (true: it closed for good) or the exchange ends (false).
 func (w *clientWatch) waitReset() bool {
 	w.mu.Lock()
-	if !w.headSent && w.probeOK && !w.probeSent {
+	if !w.headSent && w.probeOK && !w.probeSent && (w.beforeProbe == nil || w.beforeProbe()) {
 		w.probeSent = true
-		_, _ = w.client.writeAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
+		_, _ = w.client.WriteAll(time.Second, []byte("HTTP/1.1 100 Continue\r\n\r\n"))
 	}
 	w.mu.Unlock()
 	for pause := resetPollMin; ; pause = min(2*pause, resetPollMax) {

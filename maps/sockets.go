@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/bpf"
 )
 
 // Cookie returns the kernel's socket cookie of c, the key of the socket
@@ -93,7 +95,7 @@ func (s *State) Detach(cookie uint64, seen uint64) (lost bool, err error) {
 	return st.Seen != seen, nil
 }
 
-// SocketCookies lists the sockets currently in the SOCKHASH.
+// SocketCookies lists the sockets currently in lmw_socks (sk_skb datapath).
 func (s *State) SocketCookies() ([]uint64, error) {
 	var out []uint64
 	var k, v uint64
@@ -104,8 +106,9 @@ func (s *State) SocketCookies() ([]uint64, error) {
 	return out, it.Err()
 }
 
-// ResponseEnds opens a reader of the ring buffer the verdict writes one
-// ResponseEnd to for every response whose end it finds.
+// ResponseEnds opens a reader of the ring buffer the programs write one
+// ResponseEnd to for every response whose end they find (and every
+// request body the sk_skb verdict carried to its end when asked to).
 func (s *State) ResponseEnds() (*ringbuf.Reader, error) {
 	return ringbuf.NewReader(s.objs.LmwResponseEnds)
 }
@@ -127,14 +130,76 @@ func DecodeResponseEnd(rec ringbuf.Record) (ResponseEnd, bool) {
 	return ev, true
 }
 
-// WatchResponseEnds delivers the ResponseEnd records of upstream cookie to
-// ch (dropped if ch is full) until UnwatchResponseEnds.
-func (s *State) WatchResponseEnds(cookie uint64, ch chan ResponseEnd) error {
-	return s.watchEnds(cookie, ch)
+// AddClient puts a client socket into lmw_client_socks (sk_msg datapath),
+// where lmw_reply can redirect to it. It stays there until it closes.
+func (s *State) AddClient(c syscall.Conn, cookie uint64) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var uerr error
+	if err := raw.Control(func(fd uintptr) {
+		uerr = s.objs.LmwClientSocks.Update(cookie, uint64(fd), ebpf.UpdateNoExist)
+	}); err != nil {
+		return err
+	}
+	if errors.Is(uerr, ebpf.ErrKeyExist) {
+		return nil
+	}
+	return uerr
 }
 
-// UnwatchResponseEnds stops delivering cookie's records.
-func (s *State) UnwatchResponseEnds(cookie uint64) { s.unwatchEnds(cookie) }
+// ClientInMap reports whether client cookie is in lmw_client_socks.
+func (s *State) ClientInMap(cookie uint64) bool {
+	var v uint64
+	return s.objs.LmwClientSocks.Lookup(cookie, &v) == nil
+}
+
+// Paired reports whether the replica's end of the warden's upstream socket
+// upstream (its cookie) joined lmw_replica_socks (sk_msg datapath).
+func (s *State) Paired(upstream uint64) bool {
+	var v uint64
+	return s.objs.LmwReplicaSocks.Lookup(upstream, &v) == nil
+}
+
+// ReplicaSockets counts the replica sockets in lmw_replica_socks, and
+// ClientSockets the client sockets in lmw_client_socks (for leak checks).
+func (s *State) ReplicaSockets() (int, error) { return countKeys(s.objs.LmwReplicaSocks) }
+
+// ClientSockets: see ReplicaSockets.
+func (s *State) ClientSockets() (int, error) { return countKeys(s.objs.LmwClientSocks) }
+
+func countKeys(m *ebpf.Map) (int, error) {
+	n := 0
+	var k, v uint64
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// NewSocketState starts the kernel's bookkeeping for cookie at stream
+// offset seen, replacing any.
+func (s *State) NewSocketState(cookie, seen uint64) error {
+	st := SockState{Seen: seen}
+	return s.objs.LmwSockStates.Update(cookie, &st, ebpf.UpdateAny)
+}
+
+// PairStats are lmw_pair's counters, summed over CPUs.
+type PairStats struct {
+	Paired uint64 // a replica's socket joined lmw_replica_socks
+	Failed uint64 // it could not (no sk storage, SOCKHASH full)
+}
+
+// PairStats reads lmw_pair_stats.
+func (s *State) PairStats() (PairStats, error) {
+	var c [bpf.LmwardenPairOutcomePAIR_OUTCOMES]uint64
+	if err := sumCounters(s.objs.LmwPairStats, c[:]); err != nil {
+		return PairStats{}, err
+	}
+	return PairStats{Paired: c[0], Failed: c[1]}, nil
+}
 
 // SocketInMap reports whether cookie is in the SOCKHASH.
 func (s *State) SocketInMap(cookie uint64) bool {

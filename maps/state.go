@@ -18,11 +18,28 @@ import (
 // DefaultDir is where a warden pins its state.
 const DefaultDir = "/sys/fs/bpf/lmwarden"
 
-// Options say where the state lives and which network namespace's
-// sk_lookup hook the dispatcher attaches to.
+// Mode is which kernel datapath the state serves: the programs it loads
+// and attaches besides the dispatcher.
+type Mode string
+
+const (
+	// ModeMsg: sock_ops on the cgroup v2 root pairs the replicas' sockets,
+	// sk_msg on them carries each response straight to the client socket.
+	ModeMsg Mode = "msg"
+	// ModeSkb: the sk_skb stream verdict carries bodies between sockets
+	// the shim puts into lmw_socks.
+	ModeSkb Mode = "skb"
+)
+
+// Options say where the state lives, which network namespace's sk_lookup
+// hook the dispatcher attaches to, and which datapath's programs to run.
 type Options struct {
 	Dir   string // pinned state directory on bpffs; DefaultDir if empty
 	NetNS string // a network namespace file; /proc/self/ns/net if empty
+	Mode  Mode   // ModeSkb if empty
+	// Cgroup is the cgroup v2 directory lmw_pair attaches to (ModeMsg);
+	// the root of the first cgroup2 mount if empty (CgroupRoot).
+	Cgroup string
 }
 
 func (o Options) dir() string {
@@ -39,28 +56,65 @@ func (o Options) netns() string {
 	return o.NetNS
 }
 
+func (o Options) mode() Mode {
+	if o.Mode == "" {
+		return ModeSkb
+	}
+	return o.Mode
+}
+
+// objects are the loaded maps (all of them, in either mode) and programs
+// (the dispatcher and the mode's own; the others stay nil).
+type objects struct {
+	bpf.LmwardenMaps
+	dispatch, verdict, pair, reply *ebpf.Program
+}
+
+func (o *objects) Close() {
+	o.LmwardenMaps.Close()
+	for _, p := range []*ebpf.Program{o.dispatch, o.verdict, o.pair, o.reply} {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
 // State is a warden's handle on its pinned kernel state. Closing it leaves
 // everything pinned and attached (traffic keeps flowing, and with the shim's
 // listener gone sk_lookup fails open); Unload removes it.
 type State struct {
-	dir      string
-	lock     *dirLock
-	objs     bpf.LmwardenObjects
-	dispatch link.Link
-	verdict  link.Link
-	ends     endWaiters
+	dir   string
+	mode  Mode
+	lock  *dirLock
+	objs  objects
+	links []link.Link
 	// Reused is true when a previous warden's state was found and adopted.
 	Reused bool
 }
+
+// Pin names of the links inside the state directory. The dispatcher's is
+// pinned last when a state is created: its pin marks a complete state.
+const (
+	pinDispatchLink = "link_dispatch"
+	pinVerdictLink  = "link_verdict"
+	pinPairLink     = "link_pair"
+	pinReplyLink    = "link_reply"
+)
+
+// modeLinks are the pins of each mode's own links.
+var modeLinks = map[Mode][]string{ModeSkb: {pinVerdictLink}, ModeMsg: {pinPairLink, pinReplyLink}}
 
 // Load adopts the state pinned at opts.Dir, or creates it atomically: the
 // maps and links are pinned into a temporary directory next to it, the
 // programs are attached, and only then is the directory renamed into
 // place, so a reader never sees half a state. The returned State holds an
 // exclusive lock on the directory until Close: a second warden gets
-// ErrLocked.
+// ErrLocked. A state pinned for the other mode is switched to this one.
 func Load(opts Options) (*State, error) {
 	dir := opts.dir()
+	if m := opts.mode(); m != ModeSkb && m != ModeMsg {
+		return nil, fmt.Errorf("maps: mode %q: want %q or %q", m, ModeMsg, ModeSkb)
+	}
 	parent := filepath.Dir(dir)
 	if err := checkBPFFS(parent); err != nil {
 		return nil, err
@@ -77,7 +131,7 @@ func Load(opts Options) (*State, error) {
 	defer plock.unlock()
 
 	if _, err := os.Stat(dir); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, pinVerdictLink)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, pinDispatchLink)); err == nil {
 			return adopt(dir, opts)
 		}
 		// A directory without the last pin create writes: made empty by
@@ -93,7 +147,7 @@ func Load(opts Options) (*State, error) {
 }
 
 func createInPlace(dir string, opts Options) (_ *State, err error) {
-	s := &State{dir: dir}
+	s := &State{dir: dir, mode: opts.mode()}
 	if s.lock, err = lockDir(dir, false); err != nil {
 		return nil, err
 	}
@@ -111,30 +165,150 @@ func createInPlace(dir string, opts Options) (_ *State, err error) {
 	return s, chmodPins(dir)
 }
 
-// attach attaches both programs and pins their links into dir, the
-// verdict's last: its pin marks a complete state.
+func create(dir string, opts Options) (_ *State, err error) {
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+"_tmp_")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	s := &State{dir: dir, mode: opts.mode()}
+	defer func() {
+		if err != nil {
+			s.closeObjects()
+		}
+	}()
+	if err := s.loadObjects(tmp); err != nil {
+		return nil, err
+	}
+	if err := s.attach(tmp, opts); err != nil {
+		return nil, err
+	}
+	if err := chmodPins(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, err
+	}
+	if s.lock, err = lockDir(dir, false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// adopt reuses a previous warden's pinned maps (sessions included) and
+// points its pinned links at freshly loaded programs; the links of the
+// other mode, if that warden ran it, are detached.
+func adopt(dir string, opts Options) (_ *State, err error) {
+	s := &State{dir: dir, mode: opts.mode(), Reused: true}
+	if s.lock, err = lockDir(dir, false); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.loadObjects(dir); err != nil {
+		return nil, err
+	}
+	for mode, pins := range modeLinks {
+		if mode != s.mode {
+			for _, pin := range pins {
+				if err := detachPinned(filepath.Join(dir, pin)); err != nil {
+					return nil, fmt.Errorf("adopt %s: %w", dir, err)
+				}
+			}
+		}
+	}
+	if err := s.attach(dir, opts); err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", dir, err)
+	}
+	return s, chmodPins(dir)
+}
+
+// attach attaches the programs and pins their links into dir, updating
+// pinned links of a previous warden in place; the dispatcher's is last.
 func (s *State) attach(dir string, opts Options) error {
-	ns, err := os.Open(opts.netns())
-	if err != nil {
-		return err
+	switch s.mode {
+	case ModeSkb:
+		if err := s.attachOne(dir, pinVerdictLink, s.objs.verdict, func() (link.Link, error) {
+			return link.AttachRawLink(link.RawLinkOptions{
+				Target: s.objs.LmwSocks.FD(), Program: s.objs.verdict, Attach: ebpf.AttachSkSKBStreamVerdict,
+			})
+		}); err != nil {
+			return err
+		}
+	case ModeMsg:
+		cg := opts.Cgroup
+		if cg == "" {
+			var err error
+			if cg, err = CgroupRoot(); err != nil {
+				return err
+			}
+		}
+		if err := s.attachOne(dir, pinPairLink, s.objs.pair, func() (link.Link, error) {
+			return link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.pair})
+		}); err != nil {
+			return err
+		}
+		if err := s.attachOne(dir, pinReplyLink, s.objs.reply, func() (link.Link, error) {
+			return link.AttachRawLink(link.RawLinkOptions{
+				Target: s.objs.LmwReplicaSocks.FD(), Program: s.objs.reply, Attach: ebpf.AttachSkMsgVerdict,
+			})
+		}); err != nil {
+			return err
+		}
 	}
-	defer ns.Close()
-	s.dispatch, err = link.AttachNetNs(int(ns.Fd()), s.objs.LmwDispatch)
-	if err != nil {
-		return fmt.Errorf("%w: attach sk_lookup: %v", ErrUnsupported, err)
-	}
-	if err := s.dispatch.Pin(filepath.Join(dir, pinDispatchLink)); err != nil {
-		return err
-	}
-	s.verdict, err = link.AttachRawLink(link.RawLinkOptions{
-		Target:  s.objs.LmwSocks.FD(),
-		Program: s.objs.LmwVerdict,
-		Attach:  ebpf.AttachSkSKBStreamVerdict,
+	return s.attachOne(dir, pinDispatchLink, s.objs.dispatch, func() (link.Link, error) {
+		ns, err := os.Open(opts.netns())
+		if err != nil {
+			return nil, err
+		}
+		defer ns.Close()
+		return link.AttachNetNs(int(ns.Fd()), s.objs.dispatch)
 	})
-	if err != nil {
-		return fmt.Errorf("%w: attach sk_skb verdict: %v", ErrUnsupported, err)
+}
+
+// attachOne points the link pinned at dir/pin at prog, or attaches prog
+// anew and pins its link there.
+func (s *State) attachOne(dir, pin string, prog *ebpf.Program, attach func() (link.Link, error)) error {
+	path := filepath.Join(dir, pin)
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		if err := l.Update(prog); err != nil {
+			l.Close()
+			return fmt.Errorf("update %s: %w", pin, err)
+		}
+		s.links = append(s.links, l)
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("load %s: %w", pin, err)
 	}
-	return s.verdict.Pin(filepath.Join(dir, pinVerdictLink))
+	l, err := attach()
+	if err != nil {
+		return fmt.Errorf("%w: attach %s: %v", ErrUnsupported, prog, err)
+	}
+	s.links = append(s.links, l)
+	return l.Pin(path)
+}
+
+// detachPinned detaches and removes the link pinned at path, if any.
+func detachPinned(path string) error {
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detach %s: %w", filepath.Base(path), err)
+	}
+	return l.Unpin()
 }
 
 func checkBPFFS(dir string) error {
@@ -162,78 +336,34 @@ func loadSpec() (*ebpf.CollectionSpec, error) {
 	return spec, nil
 }
 
-func create(dir string, opts Options) (_ *State, err error) {
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+"_tmp_")
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(tmp)
-		}
-	}()
-	s := &State{dir: dir}
-	defer func() {
-		if err != nil {
-			s.closeObjects()
-		}
-	}()
-	if err := s.loadObjects(tmp); err != nil {
-		return nil, err
-	}
-	if err := s.attach(tmp, opts); err != nil {
-		return nil, err
-	}
-	if err := chmodPins(tmp); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, err
-	}
-	if s.lock, err = lockDir(dir, false); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// adopt reuses a previous warden's pinned maps (sessions included) and
-// points its pinned links at freshly loaded programs.
-func adopt(dir string, opts Options) (_ *State, err error) {
-	s := &State{dir: dir, Reused: true}
-	if s.lock, err = lockDir(dir, false); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-	if err := s.loadObjects(dir); err != nil {
-		return nil, err
-	}
-	if s.dispatch, err = link.LoadPinnedLink(filepath.Join(dir, pinDispatchLink), nil); err != nil {
-		return nil, fmt.Errorf("adopt %s: %w", dir, err)
-	}
-	if err := s.dispatch.Update(s.objs.LmwDispatch); err != nil {
-		return nil, fmt.Errorf("adopt %s: update sk_lookup link: %w", dir, err)
-	}
-	if s.verdict, err = link.LoadPinnedLink(filepath.Join(dir, pinVerdictLink), nil); err != nil {
-		return nil, fmt.Errorf("adopt %s: %w", dir, err)
-	}
-	if err := s.verdict.Update(s.objs.LmwVerdict); err != nil {
-		return nil, fmt.Errorf("adopt %s: update sk_skb link: %w", dir, err)
-	}
-	return s, nil
-}
-
+// loadObjects loads every map (pinned by name into pinDir, or the pinned
+// ones reused) and the programs of s.mode: a kernel that cannot verify the
+// other mode's programs still runs this one.
 func (s *State) loadObjects(pinDir string) error {
 	spec, err := loadSpec()
 	if err != nil {
 		return err
 	}
-	err = spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{
-		Maps: ebpf.MapOptions{PinPath: pinDir},
-	})
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}}
+	switch s.mode {
+	case ModeMsg:
+		var o struct {
+			bpf.LmwardenMaps
+			Dispatch *ebpf.Program `ebpf:"lmw_dispatch"`
+			Pair     *ebpf.Program `ebpf:"lmw_pair"`
+			Reply    *ebpf.Program `ebpf:"lmw_reply"`
+		}
+		err = spec.LoadAndAssign(&o, opts)
+		s.objs = objects{LmwardenMaps: o.LmwardenMaps, dispatch: o.Dispatch, pair: o.Pair, reply: o.Reply}
+	default:
+		var o struct {
+			bpf.LmwardenMaps
+			Dispatch *ebpf.Program `ebpf:"lmw_dispatch"`
+			Verdict  *ebpf.Program `ebpf:"lmw_verdict"`
+		}
+		err = spec.LoadAndAssign(&o, opts)
+		s.objs = objects{LmwardenMaps: o.LmwardenMaps, dispatch: o.Dispatch, verdict: o.Verdict}
+	}
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -260,16 +390,14 @@ func chmodPins(dir string) error {
 // Dir is the pinned state directory.
 func (s *State) Dir() string { return s.dir }
 
+// Mode is the datapath whose programs run.
+func (s *State) Mode() Mode { return s.mode }
+
 func (s *State) closeObjects() {
-	s.ends.close()
-	if s.dispatch != nil {
-		s.dispatch.Close()
-		s.dispatch = nil
+	for _, l := range s.links {
+		l.Close()
 	}
-	if s.verdict != nil {
-		s.verdict.Close()
-		s.verdict = nil
-	}
+	s.links = nil
 	s.objs.Close()
 }
 

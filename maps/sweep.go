@@ -1,7 +1,10 @@
 package maps
 
 // SweepClosed deletes the control and state entries of sockets that left
-// the SOCKHASH (the kernel removes a socket from it when it closes) and
+// their SOCKHASH (the kernel removes a socket from it when it closes:
+// lmw_socks holds both sockets of an sk_skb exchange; an sk_msg entry is
+// keyed by the warden's upstream socket, alive while its replica end is
+// in lmw_replica_socks) and
 // were already absent at the previous sweep, passed in as prev (the
 // grace period covers an entry created just before its socket is added).
 // It returns the absent cookies for the next call.
@@ -11,7 +14,7 @@ func (s *State) SweepClosed(prev map[uint64]bool) (absent map[uint64]bool) {
 	var st SockState
 	it := s.objs.LmwSockStates.Iterate()
 	for it.Next(&k, &st) {
-		if !s.SocketInMap(k) {
+		if !s.SocketInMap(k) && !s.Paired(k) {
 			absent[k] = true
 		}
 	}

@@ -51,7 +51,7 @@ func TestDispatchProgramUnderTestRun(t *testing.T) {
 			RemoteIP4: ip4("127.0.0.1"), RemotePort: bits.ReverseBytes16(40000), // network order
 			LocalIP4: ip4("127.0.0.1"), LocalPort: port}
 		var out skLookupCtx
-		ret, err := s.objs.LmwDispatch.Run(&ebpf.RunOptions{Context: in, ContextOut: &out})
+		ret, err := s.objs.dispatch.Run(&ebpf.RunOptions{Context: in, ContextOut: &out})
 		if err != nil {
 			t.Fatalf("BPF_PROG_TEST_RUN sk_lookup: %v", err)
 		}
@@ -97,7 +97,7 @@ func TestVerdictProgramTestRunIsUnsupported(t *testing.T) {
 		return
 	}
 	s := mustState(t)
-	_, err := s.objs.LmwVerdict.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
+	_, err := s.objs.verdict.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
 	if err == nil {
 		t.Fatal("BPF_PROG_TEST_RUN now runs sk_skb programs: test the verdict directly with it, and drop this test")
 	}

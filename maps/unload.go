@@ -46,7 +46,7 @@ func Unload(opts Options) error {
 		}
 		m.Close()
 	}
-	for _, name := range []string{pinDispatchLink, pinVerdictLink} {
+	for _, name := range []string{pinDispatchLink, pinVerdictLink, pinPairLink, pinReplyLink} {
 		l, err := link.LoadPinnedLink(filepath.Join(dir, name), nil)
 		if err != nil {
 			continue

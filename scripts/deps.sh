@@ -18,6 +18,7 @@ need=()
 command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl) # docs/deploy.md's commands, run by its test
 # promtool (alert rules) and the Prometheus server (the Grafana dashboard's
 # queries against real scrapes) come in one Debian package.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need+=(prometheus)

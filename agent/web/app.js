@@ -367,7 +367,7 @@
     setText(dp, 'Datapath ' + (name || '–'));
     dp.dataset.value = name;
     dp.title = (w.datapath && w.datapath.reason) || '';
-    dp.classList.toggle('off', name === 'user' && /unavailable/.test(dp.title));
+    dp.classList.toggle('off', name === 'user' && /^auto:/.test(dp.title)); // auto fell back
     const ready = document.querySelector('[data-warden="ready"]');
     setText(ready, w.ready ? 'Ready' : 'Not ready');
     ready.dataset.value = String(w.ready === true);
@@ -563,17 +563,7 @@
     }
     const n = points.length, bw = n ? pw / n : pw;
     const x = (i) => L + (i + 0.5) * bw;
-    if (n) {
-      const t0 = new Date(points[0].t).getTime() / 1000, span = n * stepSec, every = timeTick(span);
-      for (let ts = Math.ceil(t0 / every) * every; ts <= t0 + span; ts += every) {
-        const xx = L + ((ts - t0) / span) * pw;
-        root.append(svg('line', { class: 'grid', x1: xx, x2: xx, y1: T + ph, y2: T + ph + 4 }));
-        const anchor = xx > W - R - 28 ? 'end' : xx < L + 28 ? 'start' : 'middle';
-        const t = svg('text', { class: 'axis', x: xx, y: H - 6, 'text-anchor': anchor });
-        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
-        root.append(t);
-      }
-    }
+    timeAxis(root, points, stepSec, { W, H, L, R, T, ph });
     errs.forEach((e, i) => {
       if (!(e > 0)) return;
       const h = (e / emax) * ph;
@@ -662,6 +652,24 @@
     return 3600;
   }
 
+  // timeAxis draws the time labels under a chart of one slot a point
+  // (frame: the chart's size, margins and plot height).
+  function timeAxis(root, points, stepSec, { W, H, L, R, T, ph }) {
+    const n = points.length;
+    if (!n) return;
+    const pw = W - L - R;
+    const t0 = new Date(points[0].t).getTime() / 1000, span = n * stepSec, every = timeTick(span);
+    for (let ts = Math.ceil(t0 / every) * every; ts <= t0 + span; ts += every) {
+      const x = L + ((ts - t0) / span) * pw;
+      root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
+      // keep the labels at the ends inside the picture
+      const anchor = x > W - R - 28 ? 'end' : x < L + 28 ? 'start' : 'middle';
+      const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': anchor });
+      t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
+      root.append(t);
+    }
+  }
+
   // drawBars renders stacked bars as inline SVG. series: [{key, value(p), fill}],
   // bottom first. Only slots with traffic get a bar group (data-bar).
   function drawBars(holder, points, stepSec, series, unit) {
@@ -695,21 +703,7 @@
     const n = points.length;
     const bw = n ? pw / n : pw;
     const gap = bw >= 4 ? 1 : 0;
-    if (n) {
-      const t0 = new Date(points[0].t).getTime() / 1000;
-      const span = n * stepSec;
-      const every = timeTick(span);
-      const first = Math.ceil(t0 / every) * every;
-      for (let ts = first; ts <= t0 + span; ts += every) {
-        const x = L + ((ts - t0) / span) * pw;
-        root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
-        // keep the labels at the ends inside the picture
-        const anchor = x > W - R - 28 ? 'end' : x < L + 28 ? 'start' : 'middle';
-        const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': anchor });
-        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
-        root.append(t);
-      }
-    }
+    timeAxis(root, points, stepSec, { W, H, L, R, T, ph });
 
     let bars = 0;
     points.forEach((p, i) => {

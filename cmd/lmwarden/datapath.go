@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/maps"
 )
 
 // servedDatapath is the datapath serve (and demo) run with, and what the
@@ -21,40 +24,58 @@ type servedDatapath struct {
 	kern   *kernelDatapath
 }
 
-// selectDatapath resolves --datapath: user; kernel (an error when it
-// cannot load); auto tries kernel and falls back to user, logging why.
+// The --datapath values: auto tries msg, then skb, then user, and logs why
+// it took the one it took; kernel is msg, else skb (an error if neither
+// loads); msg, skb and user are just that one.
+var datapathModes = map[string][]maps.Mode{
+	"auto": {maps.ModeMsg, maps.ModeSkb}, "kernel": {maps.ModeMsg, maps.ModeSkb},
+	"msg": {maps.ModeMsg}, "skb": {maps.ModeSkb}, "user": nil,
+}
+
+// selectDatapath resolves --datapath.
 func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
-	user := func(reason string, attrs ...any) *servedDatapath {
-		log.Info("datapath: user", append([]any{"reason", reason}, attrs...)...)
-		return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}
+	modes, ok := datapathModes[cfg.Datapath]
+	if !ok {
+		return nil, fmt.Errorf("--datapath %q: want auto, kernel, msg, skb or user", cfg.Datapath)
 	}
-	switch cfg.Datapath {
-	case "user":
-		return user("--datapath user"), nil
-	case "kernel":
-		k, err := loadKernelDatapath(pinDir, log)
+	var why []error
+	for _, mode := range modes {
+		k, err := loadKernelDatapath(pinDir, mode, log)
 		if err != nil {
-			return nil, fmt.Errorf("kernel datapath: %w", err)
+			log.Info("datapath unavailable", "datapath", mode, "err", err)
+			why = append(why, fmt.Errorf("%s: %w", mode, err))
+			continue
 		}
-		log.Info("datapath: kernel", "reason", "--datapath kernel")
-		return &servedDatapath{Datapath: k.path, reason: "--datapath kernel", kern: k}, nil
+		reason := fmt.Sprintf("--datapath %s", cfg.Datapath)
+		if len(why) > 0 {
+			reason += ": " + joinReasons(why)
+		}
+		log.Info("datapath: "+string(mode), "kernel", k.path.String(), "reason", reason)
+		return &servedDatapath{Datapath: k.path.Datapath, reason: reason, kern: k}, nil
 	}
-	k, err := loadKernelDatapath(pinDir, log)
-	if err != nil {
-		d := user("auto: kernel datapath unavailable", "err", err)
-		d.reason += ": " + err.Error() // the dashboard and GET /api/v1/warden show why
-		return d, nil
+	if cfg.Datapath != "auto" && cfg.Datapath != "user" {
+		return nil, fmt.Errorf("--datapath %s: %s: %w", cfg.Datapath, joinReasons(why), errors.Join(why...))
 	}
-	log.Info("datapath: kernel", "reason", "auto: kernel datapath loaded")
-	return &servedDatapath{Datapath: k.path, reason: "auto: kernel datapath loaded", kern: k}, nil
+	reason := "--datapath " + cfg.Datapath
+	if len(why) > 0 {
+		reason = "auto: no kernel datapath loads here: " + joinReasons(why)
+	}
+	log.Info("datapath: user", "reason", reason)
+	return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}, nil
+}
+
+// joinReasons puts why each datapath did not load on one line.
+func joinReasons(why []error) string {
+	s := make([]string, len(why))
+	for i, e := range why {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
 }
 
 // info names the datapath and why it was chosen (GET /api/v1/warden).
 func (d *servedDatapath) info() agent.DatapathInfo {
-	if d.kern == nil {
-		return agent.DatapathInfo{Name: "user", Reason: d.reason}
-	}
-	return agent.DatapathInfo{Name: "kernel", Reason: d.reason}
+	return agent.DatapathInfo{Name: d.Name(), Reason: d.reason}
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).
@@ -70,7 +91,7 @@ func (d *servedDatapath) Close() error {
 func (d *servedDatapath) upstreams() *l7.Upstreams {
 	u := l7.NewUpstreams(3*time.Second, 4*time.Second, 32)
 	if d.kern != nil {
-		u.SetDial(d.kern.dial.DialTCP)
+		u.SetDial(d.kern.path.Upstreams.DialTCP)
 	}
 	return u
 }
@@ -80,7 +101,7 @@ func (d *servedDatapath) pollDial() func(ctx context.Context, network, addr stri
 	if d.kern == nil {
 		return nil
 	}
-	return d.kern.dial.DialContext
+	return d.kern.path.Polls.DialContext
 }
 
 // listen opens the listener a model's shim serves (see listenFrontend).
@@ -93,8 +114,21 @@ func (d *servedDatapath) listen(addr string) (*net.TCPListener, error) {
 
 // collectors are the datapath's own Prometheus metrics.
 func (d *servedDatapath) collectors() []prometheus.Collector {
-	if d.kern == nil {
-		return nil
+	out := []prometheus.Collector{datapathInfo{d}}
+	if d.kern != nil {
+		out = append(out, d.kern.path.Collector)
 	}
-	return []prometheus.Collector{d.kern.path}
+	return out
+}
+
+var descDatapathInfo = prometheus.NewDesc("lmwarden_datapath_info",
+	"The datapath this warden runs (1): msg (sk_msg, the kernel's fast path), skb (sk_skb, its fallback) or user (the userspace shim), and why that one.",
+	[]string{"datapath", "reason"}, nil)
+
+// datapathInfo exports lmwarden_datapath_info (what `lmwarden status` shows).
+type datapathInfo struct{ d *servedDatapath }
+
+func (datapathInfo) Describe(ch chan<- *prometheus.Desc) { ch <- descDatapathInfo }
+func (i datapathInfo) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descDatapathInfo, prometheus.GaugeValue, 1, i.d.Name(), i.d.reason)
 }

@@ -14,30 +14,35 @@ import (
 	"github.com/lmwarden/lmwarden/maps"
 )
 
-// kernelDatapath is the kernel datapath with its pinned state and the
-// dialer that registers the warden's own connections.
+// kernelDatapath is a kernel datapath with its pinned state.
 type kernelDatapath struct {
 	st   *maps.State
-	path *l7.KernelPath
-	dial *kernel.OwnDialer
+	path *kernel.Path
 }
 
 // loadKernelDatapath loads (or adopts) the pinned BPF state at pinDir
-// (maps.DefaultDir when empty).
-func loadKernelDatapath(pinDir string, log *slog.Logger) (*kernelDatapath, error) {
-	st, err := maps.Load(maps.Options{Dir: pinDir})
+// (maps.DefaultDir when empty) for the datapath mode.
+func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kernelDatapath, error) {
+	p, err := kernel.Load(kernel.Options{Dir: pinDir, Mode: mode, Log: log})
 	switch {
 	case errors.Is(err, maps.ErrLocked):
 		return nil, fmt.Errorf("%w (another warden holds it, or one is still shutting down)", err)
 	case err != nil:
-		return nil, fmt.Errorf("%w (needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF)", err)
+		return nil, fmt.Errorf("%w (%s)", err, kernelNeeds[mode])
 	}
 	how := "created"
-	if st.Reused {
+	if p.State.Reused {
 		how = "adopted"
 	}
-	log.Info("kernel datapath", "state", st.Dir(), "pinned", how)
-	return &kernelDatapath{st: st, path: l7.NewKernelPath(st), dial: kernel.NewOwnDialer(st, 3*time.Second)}, nil
+	log.Info("kernel datapath", "state", p.State.Dir(), "pinned", how)
+	return &kernelDatapath{st: p.State, path: p}, nil
+}
+
+// kernelNeeds is what each kernel datapath needs, as measured
+// (docs/kernel.md, "Requirements").
+var kernelNeeds = map[maps.Mode]string{
+	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.10 with BTF",
+	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF",
 }
 
 // listenFrontend opens the listener of a model's shim: an ephemeral
@@ -122,6 +127,4 @@ func (k *kernelDatapath) restoreSessions(w *agent.Warden, now time.Time) (int, e
 // close releases the kernel state at shutdown. Everything stays pinned:
 // with the shims' listeners closed, sk_lookup fails open, and a restarted
 // warden adopts the state (sessions included).
-func (k *kernelDatapath) close() error {
-	return errors.Join(k.path.Close(), k.st.Close())
-}
+func (k *kernelDatapath) close() error { return k.path.Close() }

@@ -74,6 +74,8 @@ func run(args []string) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errConfigProblems):
+		return 1 // printed already, one a line
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(os.Stderr, "lmwarden %s: %v\n", cmd.name, err)
 		return 2

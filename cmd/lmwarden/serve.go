@@ -27,7 +27,7 @@ func runServe(args []string) error {
 	admin := fs.String("admin", "", "admin API address (default "+agent.DefaultAdmin+"; off disables it)")
 	var replicas repeatedFlag
 	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
-	datapath := fs.String("datapath", "", "auto, kernel or user (default: the config's, else auto)")
+	datapath := fs.String("datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
 	pinDir := fs.String("pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
 	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
 	var logf logFlags

@@ -12,6 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/lmwarden/lmwarden/agent"
 )
 
@@ -44,13 +47,61 @@ func runStatus(args []string, out io.Writer) error {
 	if *model != "" && len(models) == 0 {
 		return fmt.Errorf("no model %q", *model)
 	}
+	dp := datapathOf(*admin)
 	if *asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(agent.ModelsResponse{Models: models})
+		return enc.Encode(struct {
+			Datapath *datapathStatus `json:"datapath,omitempty"`
+			agent.ModelsResponse
+		}{dp, agent.ModelsResponse{Models: models}})
+	}
+	if dp != nil {
+		fmt.Fprintf(out, "DATAPATH  %s (%s)\n\n", dp.Name, dp.Reason)
 	}
 	printStatus(out, models)
 	return nil
+}
+
+// datapathStatus is what lmwarden_datapath_info says.
+type datapathStatus struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// datapathOf reads the running datapath from the warden's /metrics (nil
+// when it does not say: a warden not started by serve).
+func datapathOf(admin string) *datapathStatus {
+	base := admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(strings.TrimRight(base, "/") + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			return nil
+		}
+		if mf.GetName() != "lmwarden_datapath_info" || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		var d datapathStatus
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			switch l.GetName() {
+			case "datapath":
+				d.Name = l.GetValue()
+			case "reason":
+				d.Reason = l.GetValue()
+			}
+		}
+		return &d
+	}
 }
 
 func printStatus(out io.Writer, models []agent.ModelStatus) {

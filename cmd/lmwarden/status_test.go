@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -60,6 +61,25 @@ func TestStatusPrintsModelAndReplicaTables(t *testing.T) {
 	}
 	if lines := strings.Count(text, "\n"); lines != 6 { // header, model, blank, header, 2 replicas
 		t.Errorf("%d lines:\n%s", lines, text)
+	}
+}
+
+func TestStatusSaysWhichDatapathRuns(t *testing.T) {
+	w := mustAdminWarden(t)
+	w.Registry().MustRegister(datapathInfo{&servedDatapath{Datapath: l7.NewUserPath(), reason: "auto: no kernel datapath loads here"}})
+	var out bytes.Buffer
+	if err := runStatus([]string{"--admin", w.AdminAddr()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(out.String(), "\n"); first != "DATAPATH  user (auto: no kernel datapath loads here)" {
+		t.Errorf("first line %q:\n%s", first, out.String())
+	}
+	out.Reset()
+	if err := runStatus([]string{"--admin", w.AdminAddr(), "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"datapath": {`) || !strings.Contains(out.String(), `"name": "user"`) {
+		t.Errorf("JSON lacks the datapath:\n%s", out.String())
 	}
 }
 

@@ -1,4 +1,4 @@
-package l7
+package kernel
 
 import (
 	"errors"
@@ -9,20 +9,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
-// KernelPath is the sockmap Datapath (docs/kernel.md). The shim still
-// reads every request head and response head; from RelayRequestBody on,
-// both sockets of the exchange sit in the pinned SOCKHASH and the sk_skb
-// verdict program carries the request body and the response body socket
-// to socket. The shim learns where each ends from the verdict itself (a
-// ring-buffer record when the last body byte was carried, or when its
-// parser of Content-Length / chunked framing reached the end of the
-// response), so RelayResponseBody returns exactly at the end and the
-// in-flight count stays exact.
+// SkbPath is the sk_skb Datapath (docs/kernel.md), the fallback where the
+// sk_msg one cannot run. The shim still reads every request head and
+// response head; from RelayRequestBody on, both sockets of the exchange
+// sit in lmw_socks and the sk_skb verdict program carries the request body
+// and the response body socket to socket. The shim learns where each ends
+// from the verdict itself (a ring-buffer record when the last body byte
+// was carried, or the passed segment holding a response's last byte), so
+// RelayResponseBody returns exactly at the end and the in-flight count
+// stays exact.
 //
 // Bytes the shim already holds (read with a head, or queued in the socket
 // when it joins the map) it forwards itself, first; the kernel then carries
@@ -30,15 +32,15 @@ import (
 // received bytes between the shim's last read and the arm) the verdict
 // passes the rest to the shim, which forwards it here: slower, never
 // reordered.
-type KernelPath struct {
+type SkbPath struct {
 	st *maps.State
+	counters
+	ends endWaiters
 
 	mu     sync.Mutex
-	slots  map[ReplicaKey]uint32
-	user   map[ReplicaKey]*byteCounters
 	peeked map[uint64]peekedHead // by client cookie
-	user1  *UserPath             // exchanges whose upstream cannot join (closed early)
-	userX  map[*Exchange]bool
+	user1  *l7.UserPath          // exchanges whose upstream cannot join (closed early)
+	userX  map[*l7.Exchange]bool
 	ups    map[*net.TCPConn]*upstreamState // upstream sockets that joined the SOCKHASH
 	rearms atomic.Uint64                   // responses armed again after an arm lost the race
 
@@ -46,40 +48,39 @@ type KernelPath struct {
 	done chan struct{}
 }
 
-// maxSlots is the stats map's size (LMW_MAX_REPLICAS).
-const maxSlots = 256
-
-var errKernelSlots = errors.New("l7: kernel datapath: more than 256 replicas")
-
-// NewKernelPath returns a datapath over loaded state; Close stops its
-// background sweeper (the state stays the caller's).
-func NewKernelPath(st *maps.State) *KernelPath {
-	k := &KernelPath{st: st, slots: map[ReplicaKey]uint32{}, user: map[ReplicaKey]*byteCounters{},
-		peeked: map[uint64]peekedHead{}, user1: NewUserPath(), userX: map[*Exchange]bool{},
+// NewSkbPath returns the sk_skb datapath over state loaded in maps.ModeSkb;
+// Close stops its background work (the state stays the caller's).
+func NewSkbPath(st *maps.State) *SkbPath {
+	k := &SkbPath{st: st, counters: newCounters(st), ends: endWaiters{st: st},
+		peeked: map[uint64]peekedHead{}, user1: l7.NewUserPath(), userX: map[*l7.Exchange]bool{},
 		ups: map[*net.TCPConn]*upstreamState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.sweep()
 	return k
 }
 
-// Name implements Datapath.
-func (k *KernelPath) Name() string { return "kernel" }
+// Name implements l7.Datapath.
+func (k *SkbPath) Name() string { return "skb" }
 
 // State is the pinned kernel state the path uses.
-func (k *KernelPath) State() *maps.State { return k.st }
+func (k *SkbPath) State() *maps.State { return k.st }
 
-// Close stops the sweeper.
-func (k *KernelPath) Close() error {
+// Collector is the path's Prometheus collector.
+func (k *SkbPath) Collector() prometheus.Collector { return collector{&k.counters} }
+
+// Close stops the sweeper and the ring buffer's reader.
+func (k *SkbPath) Close() error {
 	select {
 	case <-k.stop:
 	default:
 		close(k.stop)
 		<-k.done
+		k.ends.close()
 	}
 	return nil
 }
 
 // sweep drops the map entries of sockets that closed.
-func (k *KernelPath) sweep() {
+func (k *SkbPath) sweep() {
 	defer close(k.done)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -96,56 +97,16 @@ func (k *KernelPath) sweep() {
 	}
 }
 
-// slot is the stats index of the exchange's replica.
-func (k *KernelPath) slot(x *Exchange) (uint32, *byteCounters, error) {
-	key := ReplicaKey{x.Model, x.Replica}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, ok := k.slots[key]
-	if !ok {
-		if len(k.slots) >= maxSlots {
-			return 0, nil, errKernelSlots
-		}
-		s = uint32(len(k.slots))
-		k.slots[key] = s
-		k.user[key] = &byteCounters{}
-	}
-	return s, k.user[key], nil
-}
-
-// KernelCounts are one replica's counters in kernel mode.
-type KernelCounts struct {
-	Requests, Responses uint64 // responses the kernel carried, and whose end it found
-	KernelBytes         uint64 // body bytes redirected socket to socket
-	PassedBytes         uint64 // bytes the verdict handed to the shim (heads, fallbacks)
-	UserUp, UserDown    uint64 // body bytes the shim forwarded itself
-}
-
 // Rearms counts the responses armed again because the upstream streamed
 // on between the shim's last read and its arm (the shim forwarded those
 // bytes itself first).
-func (k *KernelPath) Rearms() uint64 { return k.rearms.Load() }
-
-// Counts returns the counters per replica.
-func (k *KernelPath) Counts() map[ReplicaKey]KernelCounts {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := make(map[ReplicaKey]KernelCounts, len(k.slots))
-	for key, s := range k.slots {
-		st, _ := k.st.Stats(s)
-		u := k.user[key]
-		out[key] = KernelCounts{Requests: st.Requests, Responses: st.Responses,
-			KernelBytes: st.BytesKernel, PassedBytes: st.BytesUser,
-			UserUp: u.up.Load(), UserDown: u.down.Load()}
-	}
-	return out
-}
+func (k *SkbPath) Rearms() uint64 { return k.rearms.Load() }
 
 // join puts c into the SOCKHASH (if it is not there yet) in pass mode.
 // Whatever c has queued is read first into Pending: a segment left half
 // read when a socket joins is verdicted again from its start (measured on
 // 6.18), which would send the read part twice.
-func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
+func (k *SkbPath) join(c *l7.Conn, slot uint32) (uint64, error) {
 	cookie, err := maps.Cookie(c.TCPConn)
 	if err != nil {
 		return 0, err
@@ -153,7 +114,7 @@ func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
 	if k.st.SocketInMap(cookie) {
 		return cookie, nil
 	}
-	q, err := maps.DrainQueued(c.TCPConn)
+	q, err := drainQueued(c.TCPConn)
 	if err != nil {
 		return 0, err
 	}
@@ -167,17 +128,17 @@ func (k *KernelPath) join(c *Conn, slot uint32) (uint64, error) {
 			// sent its FIN (a replica that answered and closed).
 			return 0, errNotJoinable
 		}
-		return 0, fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
+		return 0, fmt.Errorf("kernel datapath: socket into SOCKHASH: %w", err)
 	}
 	// Bytes that arrived since the drain: verdicted now, not inside a
 	// later read (see maps.VerdictQueued).
-	if err := maps.VerdictQueued(c.TCPConn); err != nil {
+	if err := verdictQueued(c.TCPConn); err != nil {
 		return 0, err
 	}
 	return cookie, nil
 }
 
-var errNotJoinable = errors.New("l7: kernel datapath: socket no longer established")
+var errNotJoinable = errors.New("kernel datapath: socket no longer established")
 
 // established reports whether c is in TCP_ESTABLISHED (a client in the
 // SOCKHASH already is, or was when it joined).
@@ -196,7 +157,7 @@ func established(c *net.TCPConn) bool {
 
 // relayRequestUser moves a request body in userspace for an exchange the
 // kernel cannot carry; a client in the SOCKHASH is read without splice.
-func (k *KernelPath) relayRequestUser(x *Exchange, uc *byteCounters) error {
+func (k *SkbPath) relayRequestUser(x *l7.Exchange, uc *byteCounters) error {
 	cc, err := maps.Cookie(x.Client.TCPConn)
 	if err != nil {
 		return err
@@ -206,10 +167,10 @@ func (k *KernelPath) relayRequestUser(x *Exchange, uc *byteCounters) error {
 	}
 	var n int64
 	switch x.Request.Framing {
-	case FramingLength:
-		var fr = maps.LengthBody(uint64(x.Request.ContentLength))
+	case l7.FramingLength:
+		fr := bodyFrame{kind: l7.FramingLength, remaining: uint64(x.Request.ContentLength)}
 		n, err = relayPlain(x.Upstream, x.Client, &fr, x.Idle)
-	case FramingChunked:
+	case l7.FramingChunked:
 		n, err = relayChunked(x.Upstream, x.Client, x.Idle)
 	}
 	x.BodyBytesUp += n
@@ -218,13 +179,16 @@ func (k *KernelPath) relayRequestUser(x *Exchange, uc *byteCounters) error {
 }
 
 // relayPlain forwards a body by framing fr with plain reads and writes.
-func relayPlain(dst, src *Conn, fr *maps.BodyFraming, idle time.Duration) (int64, error) {
+func relayPlain(dst, src *l7.Conn, fr *bodyFrame, idle time.Duration) (int64, error) {
 	var total int64
 	for {
 		if len(src.Pending) > 0 {
-			n := fr.Feed(src.Pending)
+			n, err := fr.Feed(src.Pending)
+			if err != nil {
+				return total, err
+			}
 			if n > 0 {
-				if _, err := dst.writeAll(idle, src.Pending[:n]); err != nil {
+				if _, err := dst.WriteAll(idle, src.Pending[:n]); err != nil {
 					return total, err
 				}
 				total += int64(n)
@@ -235,7 +199,7 @@ func relayPlain(dst, src *Conn, fr *maps.BodyFraming, idle time.Duration) (int64
 			return total, nil
 		}
 		_ = src.SetReadDeadline(time.Now().Add(idle))
-		if err := src.fill(); err != nil {
+		if err := src.Fill(); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
@@ -248,7 +212,7 @@ func relayPlain(dst, src *Conn, fr *maps.BodyFraming, idle time.Duration) (int64
 // queued, and returns it with the stream offset after it: the verdict
 // runs under the socket lock, as does a read, so reading the offset before
 // a read that finds the queue empty gives exactly the bytes the shim has.
-func (k *KernelPath) drainSynced(c *Conn, cookie uint64) ([]byte, uint64, error) {
+func (k *SkbPath) drainSynced(c *l7.Conn, cookie uint64) ([]byte, uint64, error) {
 	var out []byte
 	buf := make([]byte, 64<<10)
 	for {
@@ -296,8 +260,8 @@ func readNow(c *net.TCPConn, buf []byte) (int, error) {
 	return n, nil
 }
 
-// RelayRequestBody implements Datapath.
-func (k *KernelPath) RelayRequestBody(x *Exchange) error {
+// RelayRequestBody implements l7.Datapath.
+func (k *SkbPath) RelayRequestBody(x *l7.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
@@ -340,11 +304,11 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 		return err
 	}
 	switch x.Request.Framing {
-	case FramingLength:
+	case l7.FramingLength:
 		if x.Request.ContentLength > 0 {
 			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
-	case FramingChunked:
+	case l7.FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
@@ -356,7 +320,7 @@ func (k *KernelPath) RelayRequestBody(x *Exchange) error {
 // carryPeeked hands over a client whose first head the shim only peeked:
 // the whole stream is still in the socket, so the verdict drops the head
 // bytes and carries the body after them, from the first byte on.
-func (k *KernelPath) carryPeeked(x *Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
+func (k *SkbPath) carryPeeked(x *l7.Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
 	// The head is read now (it was only peeked): the verdict then sees the
 	// segment that holds its end again from its start and trims the part
 	// read (by the socket's read position), which keeps that position
@@ -371,10 +335,10 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc uint64, u *upstreamState, slot 
 		if err != nil {
 			return err
 		}
-		if x.Request.Framing == FramingLength && x.Request.ContentLength > 0 {
+		if x.Request.Framing == l7.FramingLength && x.Request.ContentLength > 0 {
 			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
-		if x.Request.Framing == FramingChunked {
+		if x.Request.Framing == l7.FramingChunked {
 			n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 			x.BodyBytesUp += n
 			uc.up.Add(uint64(n))
@@ -383,34 +347,45 @@ func (k *KernelPath) carryPeeked(x *Exchange, cc uint64, u *upstreamState, slot 
 		return nil
 	}
 	var length uint64
-	if x.Request.Framing == FramingLength {
+	if x.Request.Framing == l7.FramingLength {
 		length = uint64(x.Request.ContentLength)
 	}
-	w0, err := maps.Written(x.Upstream.TCPConn)
+	w0, err := written(x.Upstream.TCPConn)
 	if err != nil {
 		return err
 	}
 	ends := make(chan maps.ResponseEnd, 4)
 	if length > 0 {
-		if err := k.st.WatchResponseEnds(cc, ends); err != nil {
+		if err := k.ends.watch(cc, ends); err != nil {
 			return err
 		}
-		defer k.st.UnwatchResponseEnds(cc)
+		defer k.ends.unwatch(cc)
 	}
 	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: size, BodyEnd: size + length, Gen: 1, Mode: maps.ModeRequest, Replica: slot}
 	if err := k.st.Arm(cc, ctl); err != nil {
 		return err
 	}
 	if err := k.st.AddSocket(x.Client.TCPConn, cc, size); err != nil {
-		return fmt.Errorf("l7: kernel datapath: socket into SOCKHASH: %w", err)
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("kernel datapath: socket into SOCKHASH: %w", err)
+		}
+		// The client half-closed since it was checked: it cannot join
+		// (only established sockets may), so its body, still all in its
+		// socket (the head is read), is copied in userspace, and so is
+		// the response (the upstream is in the SOCKHASH: plain reads).
+		k.st.ForgetSocket(cc)
+		k.mu.Lock()
+		k.userX[x] = true
+		k.mu.Unlock()
+		return k.relayRequestUser(x, uc)
 	}
-	if err := maps.VerdictQueued(x.Client.TCPConn); err != nil {
+	if err := verdictQueued(x.Client.TCPConn); err != nil {
 		return err
 	}
 	switch {
 	case length > 0:
 		return k.waitBody(x, cc, u, ctl, length, w0, ends, uc)
-	case x.Request.Framing == FramingChunked:
+	case x.Request.Framing == l7.FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
@@ -430,7 +405,7 @@ func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
 	return err
 }
 
-func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
+func (k *SkbPath) carryRequestBody(x *l7.Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
 	remaining := uint64(x.Request.ContentLength)
 	q, seen, err := k.drainSynced(x.Client, cc)
 	if err != nil {
@@ -439,7 +414,7 @@ func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, 
 	have := append(append([]byte(nil), x.Client.Pending...), q...)
 	n := min(uint64(len(have)), remaining)
 	if n > 0 {
-		if _, err := x.Upstream.writeAll(x.Idle, have[:n]); err != nil {
+		if _, err := x.Upstream.WriteAll(x.Idle, have[:n]); err != nil {
 			return err
 		}
 		remaining -= n
@@ -450,15 +425,15 @@ func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, 
 	if remaining == 0 {
 		return nil
 	}
-	w0, err := maps.Written(x.Upstream.TCPConn)
+	w0, err := written(x.Upstream.TCPConn)
 	if err != nil {
 		return err
 	}
 	ends := make(chan maps.ResponseEnd, 4)
-	if err := k.st.WatchResponseEnds(cc, ends); err != nil {
+	if err := k.ends.watch(cc, ends); err != nil {
 		return err
 	}
-	defer k.st.UnwatchResponseEnds(cc)
+	defer k.ends.unwatch(cc)
 	gen := k.st.Ctl(cc).Gen + 1
 	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: seen, BodyEnd: seen + remaining, Gen: gen, Mode: maps.ModeRequest, Replica: slot}
 	if err := k.st.Arm(cc, ctl); err != nil {
@@ -470,7 +445,7 @@ func (k *KernelPath) carryRequestBody(x *Exchange, cc uint64, u *upstreamState, 
 
 // waitBody waits until the kernel carried the body armed by ctl, of
 // remaining bytes, forwarding itself whatever the verdict passes instead.
-func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, ctl maps.SockCtl, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
+func (k *SkbPath) waitBody(x *l7.Exchange, cc uint64, u *upstreamState, ctl maps.SockCtl, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
 	gen := ctl.Gen
 	var carried, user uint64
 	var buf []byte // only for bytes passed instead of carried
@@ -520,10 +495,10 @@ func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, ctl maps
 				carried = st.Redirected
 			}
 			m := min(uint64(n), remaining-carried-user)
-			if err := maps.WaitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle); err != nil {
+			if err := waitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle); err != nil {
 				return err
 			}
-			if _, err := x.Upstream.writeAll(x.Idle, buf[:m]); err != nil {
+			if _, err := x.Upstream.WriteAll(x.Idle, buf[:m]); err != nil {
 				return err
 			}
 			user += m
@@ -541,7 +516,7 @@ func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, ctl maps
 		if t := carried + user; t != lastTotal {
 			lastProgress, lastTotal = time.Now(), t
 		} else if time.Since(lastProgress) > x.Idle {
-			return fmt.Errorf("l7: kernel datapath: request body stalled: %w", errIdle)
+			return fmt.Errorf("kernel datapath: request body stalled: %w", errIdle)
 		}
 	}
 	x.BodyBytesUp += int64(carried + user)
@@ -553,26 +528,26 @@ func (k *KernelPath) waitBody(x *Exchange, cc uint64, u *upstreamState, ctl maps
 	// (TestReplicaDyingMidStreamEndsTheClientResponse failed 6 to 96 in
 	// 100 with three runs side by side; none with the wait).
 	u.want = w0 + carried + user
-	return maps.WaitWritten(x.Upstream.TCPConn, u.want, x.Idle)
+	return waitWritten(x.Upstream.TCPConn, u.want, x.Idle)
 }
 
 var errIdle = errors.New("idle timeout")
 
-// RelayResponseBody implements Datapath. The upstream connection may be
+// RelayResponseBody implements l7.Datapath. The upstream connection may be
 // pooled afterwards (x.Response.Reusable stays as the head said) only when
 // the exchange ended exactly at the response's end: every byte the
 // verdict saw is accounted for, nothing stray arrived, and the request
 // body the kernel carried has landed (kernel_pool.go).
-func (k *KernelPath) RelayResponseBody(x *Exchange) error {
+func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
 	}
 	reusable := x.Response.Reusable
 	x.Response.Reusable = false
-	var fr maps.BodyFraming
+	fr := frameOf(x.Response)
 	switch x.Response.Framing {
-	case FramingNone:
+	case l7.FramingNone:
 		k.mu.Lock()
 		delete(k.userX, x)
 		k.mu.Unlock()
@@ -582,12 +557,6 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 			x.Response.Reusable = reusable
 		}
 		return nil
-	case FramingLength:
-		fr = maps.LengthBody(uint64(x.Response.ContentLength))
-	case FramingChunked:
-		fr = maps.ChunkedBody()
-	case FramingClose:
-		fr = maps.CloseBody()
 	}
 	k.mu.Lock()
 	user := k.userX[x]
@@ -621,7 +590,10 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 	x.Upstream.Pending = nil
 	var forwarded uint64
 	if len(have) > 0 {
-		n := fr.Feed(have)
+		n, err := fr.Feed(have)
+		if err != nil {
+			return err
+		}
 		if fr.Done() {
 			// The whole response is here: the client leaves the
 			// SOCKHASH before it can have it (see finishTail).
@@ -629,7 +601,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				return err
 			}
 		}
-		if _, err := x.Client.writeAll(x.Idle, have[:n]); err != nil {
+		if _, err := x.Client.WriteAll(x.Idle, have[:n]); err != nil {
 			return err
 		}
 		forwarded += uint64(n)
@@ -641,25 +613,24 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		x.Response.Reusable = reusable && k.landed(x, u)
 		return nil
 	}
-	w0, err := maps.Written(x.Client.TCPConn)
+	w0, err := written(x.Client.TCPConn)
 	if err != nil {
 		return err
 	}
 	ends := make(chan maps.ResponseEnd, 4)
-	if err := k.st.WatchResponseEnds(ucookie, ends); err != nil {
+	if err := k.ends.watch(ucookie, ends); err != nil {
 		return err
 	}
-	defer k.st.UnwatchResponseEnds(ucookie)
+	defer k.ends.unwatch(ucookie)
 	u.gen++
 	gen := u.gen
-	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot}
-	fr.Ctl(&ctl)
+	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot, Start: fr.kernel()}
 	// The segment with the response's last byte comes to the shim, which
 	// takes the client out of the SOCKHASH before writing it: the client's
 	// next head then waits in a plain socket, to be peeked and handed over
 	// like a first one (see finishTail). A close-delimited response has no
 	// last byte the verdict could find (and no next request).
-	tailMode := fr.Phase != maps.PhaseUntilClose
+	tailMode := !fr.untilClose()
 	if tailMode {
 		ctl.Flags |= maps.CtlTailPass
 	}
@@ -693,12 +664,12 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 		x.BodyBytesDown += int64(carried)
 		// Return once the carried bytes have landed: what the shim writes
 		// to this client next must not overtake them.
-		return maps.WaitWritten(x.Client.TCPConn, w0+carried, x.Idle)
+		return waitWritten(x.Client.TCPConn, w0+carried, x.Idle)
 	}
 	for {
 		select {
 		case ev := <-ends:
-			if ev.Gen == gen && ev.How&maps.EndTail == 0 {
+			if ev.Gen == gen {
 				return finish(ev.Bytes)
 			}
 			// With CTL_TAIL_PASS there is no record: done when the
@@ -724,14 +695,29 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				// The arm found bytes the shim had not read (the upstream
 				// streamed on between the shim's last read and the arm):
 				// nothing of this gen was carried; the shim forwards
-				// them, then arms again from the offset after them.
-				n := fr.Feed(r.data)
+				// them, then arms again from the offset after them. Or
+				// the verdict stopped at malformed framing after it
+				// carried some: the shim's parser goes on from where
+				// the kernel's stopped, after the carried bytes landed.
+				if st, _ := k.st.SocketState(ucookie); st.Gen == gen && st.HaltGen == gen {
+					fr = frameFromKernel(st.Fr)
+					if err := waitWritten(x.Client.TCPConn, w0+st.Redirected, x.Idle); err != nil {
+						return err
+					}
+					x.BodyBytesDown += int64(st.Redirected)
+					w0 += st.Redirected
+					rearms = maxRearms // the kernel gave this response up
+				}
+				n, err := fr.Feed(r.data)
+				if err != nil {
+					return err
+				}
 				if fr.Done() {
 					if err := k.detachClient(x, ccookie); err != nil {
 						return err
 					}
 				}
-				if _, err := x.Client.writeAll(x.Idle, r.data[:n]); err != nil {
+				if _, err := x.Client.WriteAll(x.Idle, r.data[:n]); err != nil {
 					return err
 				}
 				x.BodyBytesDown += int64(n)
@@ -748,8 +734,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 					k.rearms.Add(1)
 					u.gen++
 					gen = u.gen
-					ctl.Gen, ctl.ArmAt = gen, haveAt
-					fr.Ctl(&ctl)
+					ctl.Gen, ctl.ArmAt, ctl.Start = gen, haveAt, fr.kernel()
 					ctl.Flags |= maps.CtlRearm
 					if err := k.st.Arm(ucookie, ctl); err != nil {
 						return err
@@ -765,7 +750,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 				if st.Gen == gen && st.DoneGen == gen && !tailMode {
 					return finish(carried)
 				}
-				if fr.Phase == maps.PhaseUntilClose && errors.Is(r.err, io.EOF) {
+				if fr.untilClose() && errors.Is(r.err, io.EOF) {
 					return finish(carried)
 				}
 				if errors.Is(r.err, io.EOF) {
@@ -778,7 +763,7 @@ func (k *KernelPath) RelayResponseBody(x *Exchange) error {
 			if st.Gen == gen && st.Redirected != lastCarried {
 				lastProgress, lastCarried = time.Now(), st.Redirected
 			} else if time.Since(lastProgress) > x.Idle {
-				return fmt.Errorf("l7: kernel datapath: response stalled: %w", errIdle)
+				return fmt.Errorf("kernel datapath: response stalled: %w", errIdle)
 			}
 		}
 	}
@@ -793,15 +778,15 @@ const maxRearms = 16
 // the carried bytes have landed, the client leaves the SOCKHASH (it cannot
 // have sent anything yet: it is still waiting for this tail), then the
 // shim writes the tail.
-func (k *KernelPath) finishTail(x *Exchange, cc, w0, carried uint64, tail []byte, uc *byteCounters) error {
+func (k *SkbPath) finishTail(x *l7.Exchange, cc, w0, carried uint64, tail []byte, uc *byteCounters) error {
 	x.BodyBytesDown += int64(carried)
-	if err := maps.WaitWritten(x.Client.TCPConn, w0+carried, x.Idle); err != nil {
+	if err := waitWritten(x.Client.TCPConn, w0+carried, x.Idle); err != nil {
 		return err
 	}
 	if err := k.detachClient(x, cc); err != nil {
 		return err
 	}
-	if _, err := x.Client.writeAll(x.Idle, tail); err != nil {
+	if _, err := x.Client.WriteAll(x.Idle, tail); err != nil {
 		return err
 	}
 
@@ -814,7 +799,7 @@ func (k *KernelPath) finishTail(x *Exchange, cc, w0, carried uint64, tail []byte
 // seen nothing from it past its request (so nothing passed sits unread in
 // the psock, which leaving would free). Otherwise (pipelined bytes, a
 // chunked request) it stays in, in pass mode, as before.
-func (k *KernelPath) detachClient(x *Exchange, cc uint64) error {
+func (k *SkbPath) detachClient(x *l7.Exchange, cc uint64) error {
 	if len(x.Client.Pending) > 0 {
 		return nil
 	}
@@ -830,7 +815,7 @@ func (k *KernelPath) detachClient(x *Exchange, cc uint64) error {
 	waitReaders(x.Client.TCPConn)
 	lost, err := k.st.Detach(cc, st.Seen)
 	if err != nil {
-		return fmt.Errorf("l7: kernel datapath: client out of SOCKHASH: %w", err)
+		return fmt.Errorf("kernel datapath: client out of SOCKHASH: %w", err)
 	}
 	if lost {
 		return errPipelinedLost
@@ -849,77 +834,14 @@ func waitReaders(c *net.TCPConn) {
 	}
 }
 
-var errPipelinedLost = errors.New("l7: kernel datapath: client bytes arrived while leaving the SOCKHASH")
+var errPipelinedLost = errors.New("kernel datapath: client bytes arrived while leaving the SOCKHASH")
 
 // relayChunked forwards a chunked request body, which the kernel does not
-// carry, from src to dst as copyChunked does, but with plain reads and
-// writes: a socket in a sockmap must not be spliced (splice reads the TCP
-// queue, which the verdict empties). Bytes past the body stay in
-// src.Pending.
-func relayChunked(dst, src *Conn, idle time.Duration) (int64, error) {
-	var total int64
-	for {
-		_ = src.SetReadDeadline(time.Now().Add(idle))
-		line, err := src.readLine()
-		if err != nil {
-			return total, err
-		}
-		size, err := parseChunkSize(line)
-		if err != nil {
-			return total, err
-		}
-		out := append([]byte(nil), line...)
-		if size == 0 {
-			for {
-				t, err := src.readLine()
-				if err != nil {
-					return total, err
-				}
-				if err := checkTrailerLine(t); err != nil {
-					return total, err
-				}
-				out = append(out, t...)
-				if len(t) > maxLine || len(out) > MaxHeadBytes {
-					return total, errBadChunk
-				}
-				if string(t) == "\r\n" {
-					break
-				}
-			}
-			n, err := dst.writeAll(idle, out)
-			return total + n, err
-		}
-		for need := size + 2; need > 0; {
-			if len(src.Pending) == 0 {
-				if err := src.fill(); err != nil {
-					if errors.Is(err, io.EOF) {
-						err = io.ErrUnexpectedEOF
-					}
-					return total, err
-				}
-			}
-			k := min(int64(len(src.Pending)), need)
-			out = append(out, src.Pending[:k]...)
-			src.Pending = src.Pending[k:]
-			need -= k
-			if len(out) >= 64<<10 && need > 2 {
-				n, err := dst.writeAll(idle, out)
-				total += n
-				if err != nil {
-					return total, err
-				}
-				out = out[:0]
-			}
-		}
-		if len(out) < 2 || out[len(out)-2] != '\r' || out[len(out)-1] != '\n' {
-			return total, errBadChunk
-		}
-		n, err := dst.writeAll(idle, out)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
+// carry, with plain reads and writes: a socket in a sockmap must not be
+// spliced (splice reads the TCP queue, which the verdict empties). Bytes
+// past the body stay in src.Pending.
+func relayChunked(dst, src *l7.Conn, idle time.Duration) (int64, error) {
+	return l7.RelayChunked(dst, src, idle, false, false)
 }
 
-var _ Datapath = (*KernelPath)(nil)
+var _ l7.Datapath = (*SkbPath)(nil)

@@ -1,13 +1,12 @@
-package l7
+package kernel
 
 import (
 	"errors"
 	"io"
 	"net"
-	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/maps"
+	"github.com/lmwarden/lmwarden/l7"
 )
 
 // Upstream connections in kernel mode stay in the SOCKHASH from their
@@ -32,7 +31,7 @@ type upstreamState struct {
 
 // joinUpstream puts an upstream socket into the SOCKHASH once, in pass
 // mode, and remembers it: a pooled one comes back already in.
-func (k *KernelPath) joinUpstream(c *Conn, slot uint32) (*upstreamState, error) {
+func (k *SkbPath) joinUpstream(c *l7.Conn, slot uint32) (*upstreamState, error) {
 	if u := k.upstream(c); u != nil {
 		return u, nil
 	}
@@ -48,7 +47,7 @@ func (k *KernelPath) joinUpstream(c *Conn, slot uint32) (*upstreamState, error) 
 }
 
 // upstream returns the state of c if it joined the SOCKHASH, else nil.
-func (k *KernelPath) upstream(c *Conn) *upstreamState {
+func (k *SkbPath) upstream(c *l7.Conn) *upstreamState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.ups[c.TCPConn]
@@ -56,7 +55,7 @@ func (k *KernelPath) upstream(c *Conn) *upstreamState {
 
 // forgetClosedUpstreams drops the records of upstream sockets that left
 // the SOCKHASH (closing a socket removes it).
-func (k *KernelPath) forgetClosedUpstreams() {
+func (k *SkbPath) forgetClosedUpstreams() {
 	k.mu.Lock()
 	cs := make(map[*net.TCPConn]uint64, len(k.ups))
 	for c, u := range k.ups {
@@ -76,99 +75,23 @@ func (k *KernelPath) forgetClosedUpstreams() {
 // the upstream have all been queued there, so that the next request head
 // the shim writes on this connection cannot overtake them. Once the
 // response has ended they have, in practice; the wait is a safety net.
-func (k *KernelPath) landed(x *Exchange, u *upstreamState) bool {
+func (k *SkbPath) landed(x *l7.Exchange, u *upstreamState) bool {
 	want := u.want
 	u.want = 0
 	if want == 0 {
 		return true
 	}
-	return maps.WaitWritten(x.Upstream.TCPConn, want, time.Second) == nil
+	return waitWritten(x.Upstream.TCPConn, want, time.Second) == nil
 }
 
 // relayResponsePlain forwards a response body by its framing with plain
 // reads: the userspace fallback for an upstream that sits in the SOCKHASH
 // (pooled), whose bytes splice(2) cannot see (the verdict moves them off
 // the TCP queue).
-func relayResponsePlain(x *Exchange, fr maps.BodyFraming) (int64, error) {
+func relayResponsePlain(x *l7.Exchange, fr bodyFrame) (int64, error) {
 	n, err := relayPlain(x.Client, x.Upstream, &fr, x.Idle)
-	if fr.Phase == maps.PhaseUntilClose && errors.Is(err, io.ErrUnexpectedEOF) {
+	if fr.untilClose() && errors.Is(err, io.ErrUnexpectedEOF) {
 		err = nil // the close ends this body
 	}
 	return n, err
-}
-
-// upWatch reads the upstream while the kernel carries its response: a FIN
-// or RST is not carried across a redirect, so only a read notices it; it
-// also gets the segment the verdict passes (the response's tail, or
-// everything if the arm failed). stop ends it without losing a byte
-// unnoticed, so that the connection can be pooled.
-type upWatch struct {
-	c        *net.TCPConn
-	out      chan upRead
-	quit     chan struct{}
-	done     chan struct{}
-	stopping atomic.Bool
-	lost     atomic.Bool // it read bytes nobody took
-}
-
-type upRead struct {
-	data []byte
-	err  error
-}
-
-func watchUpstream(c *net.TCPConn) *upWatch {
-	w := &upWatch{c: c, out: make(chan upRead, 8), quit: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *upWatch) run() {
-	defer close(w.done)
-	for {
-		buf := make([]byte, 32<<10)
-		n, err := w.c.Read(buf)
-		if n == 0 && err == nil {
-			continue
-		}
-		if n == 0 && w.stopping.Load() {
-			return // the deadline stop set
-		}
-		select {
-		case w.out <- upRead{data: buf[:n], err: err}:
-		case <-w.quit:
-			if n > 0 {
-				w.lost.Store(true)
-			}
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// stop ends the watch; clean is false if the connection must not be
-// reused: it read bytes nobody took, or hit an error or EOF.
-func (w *upWatch) stop() (clean bool) {
-	w.stopping.Store(true)
-	close(w.quit)
-	_ = w.c.SetReadDeadline(time.Unix(1, 0))
-	<-w.done
-	_ = w.c.SetReadDeadline(time.Time{})
-	clean = !w.lost.Load()
-	for {
-		select {
-		case r := <-w.out:
-			if len(r.data) > 0 || (r.err != nil && !isTimeout(r.err)) {
-				clean = false
-			}
-		default:
-			return clean
-		}
-	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

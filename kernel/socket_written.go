@@ -1,4 +1,4 @@
-package maps
+package kernel
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func written(c *net.TCPConn) (uint64, error) {
 	return n, gerr
 }
 
-var errDrainTimeout = errors.New("maps: kernel did not deliver redirected bytes in time")
+var errDrainTimeout = errors.New("kernel: redirected bytes were not delivered in time")
 
 // waitWritten waits until at least want bytes were queued on c, so that
 // bytes the shim writes next cannot overtake bytes the kernel carried.
@@ -63,9 +63,9 @@ func waitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
 	}
 }
 
-// DrainQueued reads, without blocking, everything c has received, so that
-// no segment is left half read when c joins the sockmap (see PeekReader).
-func DrainQueued(c *net.TCPConn) ([]byte, error) {
+// drainQueued reads, without blocking, everything c has received, so that
+// no segment is left half read when c joins the sockmap (see peekReader).
+func drainQueued(c *net.TCPConn) ([]byte, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -92,23 +92,14 @@ func DrainQueued(c *net.TCPConn) ([]byte, error) {
 	return out, rerr
 }
 
-// Written reports the bytes ever queued for sending on c (see written).
-func Written(c *net.TCPConn) (uint64, error) { return written(c) }
-
-// WaitWritten waits until c has queued at least want bytes, so that what
-// the caller writes next cannot overtake bytes the kernel redirected to c.
-func WaitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
-	return waitWritten(c, want, timeout)
-}
-
-// VerdictQueued runs the verdict over the segments c received before it
+// verdictQueued runs the verdict over the segments c received before it
 // joined the SOCKHASH, now, without reading: setting SO_RCVLOWAT makes TCP
 // signal data ready. A read would run the verdict too, but inside the
 // read, which then sets the socket's read position back over the bytes
 // the verdict carried (tcp_bpf_recvmsg_parser keeps copied_seq from before
 // the verdict, measured on 6.18): harmless while the socket stays in the
 // map, but a socket that leaves it (Detach) could not be read again.
-func VerdictQueued(c *net.TCPConn) error {
+func verdictQueued(c *net.TCPConn) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err

@@ -1,10 +1,14 @@
-package maps
+package kernel
 
 import (
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/kernel/kerneltest"
+	"github.com/lmwarden/lmwarden/maps"
+	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
 
 // mustTCPPair returns both ends of a loopback TCP connection.
@@ -37,15 +41,15 @@ func mustTCPPair(tb testing.TB) (client, server *net.TCPConn) {
 // read position stays right (a trim of unread bytes, as of peeked ones,
 // would leave it behind, and every later read would fail with EAGAIN).
 func TestSocketReadsPlainAfterDetachWhenItsHeadWasRead(t *testing.T) {
-	if !inNetNS(t) {
+	if !mapstest.InNetNS(t) {
 		return
 	}
-	s := mustState(t)
+	s := kerneltest.State(t)
 	cl, sv := mustTCPPair(t)
 	up, upPeer := mustTCPPair(t)
-	sc, _ := Cookie(sv)
-	uc, _ := Cookie(up)
-	if err := s.Arm(uc, SockCtl{Mode: ModePass}); err != nil {
+	sc, _ := maps.Cookie(sv)
+	uc, _ := maps.Cookie(up)
+	if err := s.Arm(uc, maps.SockCtl{Mode: maps.ModePass}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddSocket(up, uc, 0); err != nil {
@@ -58,13 +62,13 @@ func TestSocketReadsPlainAfterDetachWhenItsHeadWasRead(t *testing.T) {
 	if _, err := io.ReadFull(sv, head); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Arm(sc, SockCtl{Peer: uc, ArmAt: 8, BodyEnd: 18, Gen: 1, Mode: ModeRequest}); err != nil {
+	if err := s.Arm(sc, maps.SockCtl{Peer: uc, ArmAt: 8, BodyEnd: 18, Gen: 1, Mode: maps.ModeRequest}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddSocket(sv, sc, 8); err != nil {
 		t.Fatal(err)
 	}
-	if err := VerdictQueued(sv); err != nil {
+	if err := verdictQueued(sv); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, 10)
@@ -77,7 +81,7 @@ func TestSocketReadsPlainAfterDetachWhenItsHeadWasRead(t *testing.T) {
 	if _, err := cl.Write([]byte("next")); err != nil {
 		t.Fatal(err)
 	}
-	if err := WaitReadable(sv); err != nil {
+	if err := waitReadable(sv); err != nil {
 		t.Fatalf("after Detach: %v", err)
 	}
 	next := make([]byte, 4)

@@ -1,4 +1,4 @@
-package maps
+package kernel
 
 import (
 	"errors"
@@ -9,34 +9,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// PeekReader reads what a connection has received without consuming it
+// peekReader reads what a connection has received without consuming it
 // (MSG_PEEK). The shim reads the first request head through it, so the
 // kernel later sees every byte of the stream exactly once: measured on
 // 6.18, a socket put into a sockmap after a segment was partly read has the
 // whole segment verdicted again (tcp_read_skb ignores the read offset), so
 // the read part would reach the upstream twice. The verdict drops the
 // peeked bytes instead (sock_ctl.arm_at).
-type PeekReader struct {
+type peekReader struct {
 	raw syscall.RawConn
 	c   *net.TCPConn
 	off int
 	buf []byte
 }
 
-// NewPeekReader peeks at c from its first unread byte.
-func NewPeekReader(c *net.TCPConn) (*PeekReader, error) {
+// newPeekReader peeks at c from its first unread byte.
+func newPeekReader(c *net.TCPConn) (*peekReader, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	return &PeekReader{raw: raw, c: c}, nil
+	return &peekReader{raw: raw, c: c}, nil
 }
 
 // Peeked is how many bytes Read has returned so far.
-func (r *PeekReader) Peeked() uint64 { return uint64(r.off) }
+func (r *peekReader) Peeked() uint64 { return uint64(r.off) }
 
 // Read returns the next received bytes, waiting for more to arrive.
-func (r *PeekReader) Read(b []byte) (int, error) {
+func (r *peekReader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -78,9 +78,9 @@ func (r *PeekReader) Read(b []byte) (int, error) {
 	return k, nil
 }
 
-// WaitReadable waits, without consuming anything, until c has a byte to
+// waitReadable waits, without consuming anything, until c has a byte to
 // read or the peer closed (io.EOF); c's read deadline applies.
-func WaitReadable(c *net.TCPConn) error {
+func waitReadable(c *net.TCPConn) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err

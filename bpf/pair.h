@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * pair.h: lmw_pair, the sock_ops program of the sk_msg datapath, attached
+ * to the root of the cgroup v2 hierarchy (so it sees the replicas' sockets
+ * whatever their network namespace). When a replica accepts a connection
+ * the warden registered in lmw_own_conns with OWN_PAIR, the accepted
+ * socket joins lmw_replica_socks (where lmw_reply runs on every send),
+ * keyed by the cookie of the warden's socket at the other end, and its sk
+ * storage remembers that cookie. Nothing else is touched.
+ */
+#ifndef LMW_PAIR_H
+#define LMW_PAIR_H
+
+/* v4mapped reports whether a (network-order) IPv6 address is ::ffff:a.b.c.d. */
+static __always_inline int v4mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == __builtin_bswap32(0xffff);
+}
+
+SEC("sockops")
+int lmw_pair(struct bpf_sock_ops *skops)
+{
+	struct conn_key k = {};
+	struct own_conn *own;
+	struct bpf_sock *sk;
+	__u32 i;
+	__u64 cookie, *paired;
+
+	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		return 1;
+	/* The connection as the warden registered it: source = its end. */
+	k.sport = bpf_ntohs(skops->remote_port >> 16);
+	k.dport = skops->local_port;
+	if (skops->family == AF_INET) {
+		k.family = AF_INET;
+		k.src[0] = skops->remote_ip4;
+		k.dst[0] = skops->local_ip4;
+	} else if (skops->family == AF_INET6) {
+		__u32 r[4], l[4];
+
+		for (i = 0; i < 4; i++) {
+			r[i] = skops->remote_ip6[i];
+			l[i] = skops->local_ip6[i];
+		}
+		if (v4mapped(r) && v4mapped(l)) { /* a dual-stack listener */
+			k.family = AF_INET;
+			k.src[0] = r[3];
+			k.dst[0] = l[3];
+		} else {
+			k.family = AF_INET6;
+			for (i = 0; i < 4; i++) {
+				k.src[i] = r[i];
+				k.dst[i] = l[i];
+			}
+		}
+	} else {
+		return 1;
+	}
+	own = bpf_map_lookup_elem(&lmw_own_conns, &k);
+	sk = skops->sk;
+	if (!own || !(own->flags & OWN_PAIR) || !sk)
+		return 1;
+	cookie = own->cookie;
+	/* The cookie first: from the map update on, lmw_reply runs on this
+	 * socket's sends (none yet: the replica has not accepted it). */
+	paired = bpf_sk_storage_get(&lmw_paired, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (paired)
+		*paired = cookie;
+	if (!paired || bpf_sock_hash_update(skops, &lmw_replica_socks, &cookie, BPF_ANY)) {
+		count(&lmw_pair_stats, PAIR_FAILED);
+		return 1;
+	}
+	count(&lmw_pair_stats, PAIR_PAIRED);
+	return 1;
+}
+
+#endif /* LMW_PAIR_H */

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// check-config prints every problem at once, each as FILE:LINE: field:
+// message, and exits 1; a valid file exits 0 and says what it describes;
+// no FILE is a usage error (2).
+func TestCheckConfigListsEveryProblemWithItsLineAndField(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte(`admin: 127.0.0.1:9100
+poll_interval: fast
+models:
+  - name: a
+    frontend: 127.0.0.1:8000
+    replicas: [ftp://x:1, http://127.0.0.1:8101]
+    spill_threshold: lots
+    polcy: sticky
+`), 0o644)
+	var out strings.Builder
+	if err := runCheckConfig([]string{bad}, &out); err != errConfigProblems {
+		t.Fatalf("err %v, want the problems", err)
+	}
+	for _, want := range []string{
+		bad + ":2: poll_interval: ",
+		bad + `:6: models[0].replicas[0]: "ftp://x:1": want an http:// URL`,
+		bad + ":7: models[0].spill_threshold: ",
+		bad + ":8: models[0].polcy: unknown field",
+		bad + ": 4 problem(s)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if code := run([]string{"check-config", bad}); code != 1 {
+		t.Errorf("exit %d for problems, want 1", code)
+	}
+
+	out.Reset()
+	if err := runCheckConfig([]string{"../../scripts/lmwarden.yaml"}, &out); err != nil {
+		t.Fatalf("the sample config: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "ok: datapath auto") || !strings.Contains(out.String(), "qwen3-4b-dp: frontend 127.0.0.1:8001, endpoint http://127.0.0.1:8200, 4 ranks") {
+		t.Errorf("valid file:\n%s", out.String())
+	}
+	if code := run([]string{"check-config", "../../scripts/lmwarden.yaml"}); code != 0 {
+		t.Errorf("exit %d for a valid file", code)
+	}
+	if code := run([]string{"check-config"}); code != 2 {
+		t.Errorf("exit %d without FILE, want 2", code)
+	}
+	if code := run([]string{"check-config", filepath.Join(dir, "missing.yaml")}); code != 1 {
+		t.Errorf("exit %d for a missing file, want 1", code)
+	}
+
+	// What serve refuses after the file: the userspace datapath on a
+	// frontend that is a replica's own address.
+	loop := filepath.Join(dir, "loop.yaml")
+	os.WriteFile(loop, []byte("datapath: user\nmodels:\n  - name: m\n    frontend: 127.0.0.1:8000\n    endpoint: http://127.0.0.1:8000\n    ranks: 2\n"), 0o644)
+	out.Reset()
+	if err := runCheckConfig([]string{loop}, &out); err != errConfigProblems || !strings.Contains(out.String(), "a loop") {
+		t.Errorf("loop with datapath user: %v\n%s", err, out.String())
+	}
+}
