@@ -656,7 +656,7 @@ type HostStatus struct {
 	Failed   uint64     `json:"failed_polls"`
 	// SessionsLearned counts conversations learned from this host's
 	// session list (SessionSync).
-	SessionsLearned uint64 `json:"sessions_learned"`
+	SessionsLearned uint64   `json:"sessions_learned"`
 	Load            HostLoad `json:"load"`
 }
 

@@ -87,11 +87,11 @@ type Config struct {
 
 // Stats counts what the gateway did.
 type Stats struct {
-	Requests  atomic.Uint64
-	Immediate atomic.Uint64 // answered by the processor (503, 429)
-	Retried   atomic.Uint64 // a refused endpoint, the next one tried
+	Requests   atomic.Uint64
+	Immediate  atomic.Uint64 // answered by the processor (503, 429)
+	Retried    atomic.Uint64 // a refused endpoint, the next one tried
 	FailedOpen atomic.Uint64
-	Failed    atomic.Uint64 // 5xx the gateway answered itself
+	Failed     atomic.Uint64 // 5xx the gateway answered itself
 	// Mismatch counts answers whose header and metadata disagreed.
 	Mismatch atomic.Uint64
 }
