@@ -28,8 +28,9 @@ import (
 //	ticket    an id to hand back in "lmwarden-done"
 //	status    503 (no host ready) or 429 (shed) instead of an endpoint
 //
-// HAProxy sends "lmwarden-done" with the ticket (and "served", the
-// ip:port it connected to) when the response head arrives; the request
+// HAProxy sends "lmwarden-done" with the ticket (and the address it
+// connected to: "served" as ip:port, or "served_ip" and "served_port")
+// when the response head arrives; the request
 // counts in flight on its host until then, or until TicketTTL for a
 // request whose response never came.
 type SPOEAgent struct {
@@ -353,7 +354,7 @@ func (a *SPOEAgent) pick(out []byte, args []spoeArg) []byte {
 // served it.
 func (a *SPOEAgent) done(args []spoeArg) {
 	var id uint64
-	served := ""
+	served, servedIP, servedPort := "", "", ""
 	for _, arg := range args {
 		switch arg.name {
 		case "ticket":
@@ -364,7 +365,14 @@ func (a *SPOEAgent) done(args []spoeArg) {
 			}
 		case "served":
 			served = arg.value.text()
+		case "served_ip":
+			servedIP = arg.value.text()
+		case "served_port":
+			servedPort = arg.value.text()
 		}
+	}
+	if served == "" && servedIP != "" && servedPort != "" {
+		served = net.JoinHostPort(servedIP, servedPort)
 	}
 	a.mu.Lock()
 	t, ok := a.tickets[id]
