@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// Envoy keeps its ext_proc connection open and may ping it; a
 		// ping more often than this is not abuse.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Fixed flow-control windows turn off gRPC's bandwidth-delay
+		// probing, a PING for every burst of data: ext_proc messages are
+		// small, and each extra frame is a write on the pick's path.
+		grpc.InitialWindowSize(1<<20),
+		grpc.InitialConnWindowSize(8<<20),
+		// Streams are served by a pool of goroutines rather than one new
+		// goroutine each (one stream per HTTP request).
+		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, s.ext)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -47,7 +47,6 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -69,6 +68,10 @@ type Config struct {
 	ExtProc string
 	// RequestBody and ResponseBody are the body modes (default NONE).
 	RequestBody, ResponseBody Mode
+	// SkipResponseHeaders is response_header_mode SKIP: the response
+	// head is not sent to the processor (one exchange less before the
+	// first byte; the served endpoint is not reported).
+	SkipResponseHeaders bool
 	// Subset, when non-nil, is sent as the subset hint of every request.
 	Subset []string
 	// FailOpen routes to Static when the processor cannot be reached;
@@ -129,7 +132,7 @@ func New(cfg Config) (*Gateway, error) {
 		ResponseHeaderTimeout: 0,
 	}
 	if cfg.ExtProc != "" {
-		conn, err := grpc.NewClient(cfg.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(cfg.ExtProc, dialOptions()...)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +179,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.failure(w, r, body, err)
 		return
 	}
-	x := &exchange{g: g, st: st}
+	// One timer per stream, armed for each wait: a processor silent for
+	// MessageTimeout has the stream cancelled.
+	x := &exchange{g: g, st: st, timer: time.AfterFunc(time.Hour, cancel)}
+	x.timer.Stop()
+	defer x.timer.Stop()
 	eps, imm, err := x.request(r, body)
 	switch {
 	case err != nil:
@@ -257,7 +264,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 	g.mu.Lock()
 	g.served[used]++
 	g.mu.Unlock()
-	if x != nil {
+	if x != nil && !g.cfg.SkipResponseHeaders {
 		if err := x.responseHeaders(resp, used); err != nil {
 			g.Stats.Failed.Add(1)
 			http.Error(w, "ext_proc: "+err.Error(), http.StatusInternalServerError)
@@ -303,6 +310,7 @@ type exchange struct {
 	st     extprocv3.ExternalProcessor_ProcessClient
 	upBody []byte
 	sent   bool // the first message (with the protocol configuration) went out
+	timer  *time.Timer
 }
 
 func (x *exchange) send(req *extprocv3.ProcessingRequest) error {
@@ -315,21 +323,12 @@ func (x *exchange) send(req *extprocv3.ProcessingRequest) error {
 
 // recv waits for the processor's next answer, at most MessageTimeout.
 func (x *exchange) recv() (*extprocv3.ProcessingResponse, error) {
-	type res struct {
-		r   *extprocv3.ProcessingResponse
-		err error
+	x.timer.Reset(x.g.cfg.MessageTimeout)
+	r, err := x.st.Recv()
+	if !x.timer.Stop() && err != nil {
+		return nil, fmt.Errorf("message timeout (%v): %w", x.g.cfg.MessageTimeout, err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		r, err := x.st.Recv()
-		ch <- res{r, err}
-	}()
-	select {
-	case v := <-ch:
-		return v.r, v.err
-	case <-time.After(x.g.cfg.MessageTimeout):
-		return nil, errors.New("message timeout")
-	}
+	return r, err
 }
 
 // request runs the request phases: the endpoints to try, or the
@@ -537,18 +536,11 @@ func (x *exchange) responseBody(chunk []byte, eos bool) ([]byte, error) {
 // finish half-closes the stream and waits for the processor to end it.
 func (x *exchange) finish() {
 	_ = x.st.CloseSend()
-	done := make(chan struct{})
-	go func() {
-		for {
-			if _, err := x.st.Recv(); err != nil {
-				close(done)
-				return
-			}
+	x.timer.Reset(x.g.cfg.MessageTimeout)
+	for {
+		if _, err := x.st.Recv(); err != nil {
+			return
 		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(x.g.cfg.MessageTimeout):
 	}
 }
 

@@ -21,7 +21,7 @@ type Host struct {
 	// base URL.
 	Endpoint string
 	Admin    string
-	Sim      *sim.Servers
+	Sim      *sim.Servers // nil with HostConfig.ReplicaURLs
 	Warden   *agent.Warden
 
 	shim     *l7.Shim
@@ -36,6 +36,9 @@ type HostConfig struct {
 	HashKey []byte
 	// Records, when set, is told about every request a replica answered.
 	Records func(sim.RequestRecord)
+	// Replicas, when set, are the replicas' URLs (the warden's upstreams)
+	// instead of simulated ones.
+	ReplicaURLs []string
 }
 
 // StartHost starts a host; it stops with the test.
@@ -47,19 +50,27 @@ func StartHost(tb testing.TB, hc HostConfig) *Host {
 	if hc.Speed == 0 {
 		hc.Speed = 50
 	}
-	sv, err := sim.Serve(context.Background(), sim.ServerConfig{Replicas: hc.Replicas, Listen: "127.0.0.1:0", Speed: hc.Speed, OnRequest: hc.Records})
-	if err != nil {
-		tb.Fatal(err)
+	var sv *sim.Servers
+	urls := hc.ReplicaURLs
+	if len(urls) == 0 {
+		var err error
+		sv, err = sim.Serve(context.Background(), sim.ServerConfig{Replicas: hc.Replicas, Listen: "127.0.0.1:0", Speed: hc.Speed, OnRequest: hc.Records})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		urls = sv.URLs()
 	}
 	ln, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
-		sv.Close()
+		if sv != nil {
+			sv.Close()
+		}
 		tb.Fatal(err)
 	}
 	cfg := agent.DefaultConfig()
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.HashKey = hc.HashKey
-	if err := cfg.ApplyFlags(ln.Addr().String(), "127.0.0.1:0", "user", sv.URLs()); err != nil {
+	if err := cfg.ApplyFlags(ln.Addr().String(), "127.0.0.1:0", "user", urls); err != nil {
 		tb.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -84,7 +95,9 @@ func (h *Host) Stop() {
 	h.stopOnce.Do(func() {
 		h.shim.Close()
 		h.Warden.Close()
-		h.Sim.Close()
+		if h.Sim != nil {
+			h.Sim.Close()
+		}
 	})
 }
 
