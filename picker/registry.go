@@ -150,6 +150,7 @@ type hostState struct {
 	mu       sync.Mutex
 	healthy  bool // as the Model has it: taking placements
 	down     bool // out after UnhealthyAfter failed polls
+	downAt   time.Time
 	failures int  // failed polls in a row
 	lastErr  string
 	load     HostLoad
@@ -356,7 +357,7 @@ func (r *Registry) pollOnce(ctx context.Context, hs *hostState) {
 		hs.lastErr = err.Error()
 		m.PollFailed(i)
 		if hs.failures >= r.cfg.UnhealthyAfter && !hs.down {
-			hs.down, hs.healthy = true, false
+			hs.down, hs.healthy, hs.downAt = true, false, now
 			m.SetHealthy(i, false)
 			r.log.Warn("host down", "host", hs.Endpoint, "admin", hs.Admin, "failed_polls", hs.failures, "err", err)
 		}
@@ -647,8 +648,9 @@ type HostStatus struct {
 	// Healthy: the host takes placements (its warden answered and is
 	// ready with a ready replica). Down: it missed UnhealthyAfter polls
 	// in a row.
-	Healthy  bool       `json:"healthy"`
-	Down     bool       `json:"down"`
+	Healthy   bool       `json:"healthy"`
+	Down      bool       `json:"down"`
+	DownSince *time.Time `json:"down_since,omitempty"`
 	Failures int        `json:"failed_polls_in_a_row"`
 	LastErr  string     `json:"last_error,omitempty"`
 	PolledAt *time.Time `json:"polled_at,omitempty"`
@@ -686,6 +688,10 @@ func (r *Registry) hostsLocked() []HostStatus {
 		if !hs.polledAt.IsZero() {
 			t := hs.polledAt
 			out[i].PolledAt = &t
+		}
+		if hs.down {
+			t := hs.downAt
+			out[i].DownSince = &t
 		}
 		hs.mu.Unlock()
 	}

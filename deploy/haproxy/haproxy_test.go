@@ -10,11 +10,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,103 +32,6 @@ func requireHAProxy(t *testing.T) string {
 		t.Skip("haproxy not installed (Debian package haproxy)")
 	}
 	return p
-}
-
-// Target is where a rendered configuration points: the hosts (in the
-// order of h1, h2, h3), the frontend, the SPOE agent.
-type Target struct {
-	Hosts []HostAddr
-	Front string // ip:port HAProxy binds
-	SPOE  string // the picker's SPOE address
-	Dir   string // where the rendered files go
-}
-
-// HostAddr is one host's warden: frontend ip:port, admin API ip and port.
-type HostAddr struct {
-	Endpoint  string
-	AdminIP   string
-	AdminPort string
-}
-
-var serverLine = regexp.MustCompile(`server h([1-3]) 10\.0\.0\.[1-3]:8000 check addr 10\.0\.0\.[1-3] port 9100`)
-
-// Render writes name (a configuration of this folder) with the example
-// addresses replaced by t's, and lmwarden-spoe.conf beside it; it returns
-// the rendered configuration's path.
-func Render(tb testing.TB, dir, name string, t Target) string {
-	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := serverLine.ReplaceAllStringFunc(string(b), func(m string) string {
-		i := int(m[len("server h")] - '1')
-		h := t.Hosts[i]
-		return fmt.Sprintf("server h%d %s check addr %s port %s", i+1, h.Endpoint, h.AdminIP, h.AdminPort)
-	})
-	for i, h := range t.Hosts {
-		s = strings.ReplaceAll(s, fmt.Sprintf("backend host:10.0.0.%d:8000", i+1), "backend host:"+h.Endpoint)
-	}
-	s = strings.ReplaceAll(s, "bind :8080", "bind "+t.Front)
-	s = strings.ReplaceAll(s, "server picker 127.0.0.1:9003", "server picker "+t.SPOE)
-	spoe := filepath.Join(t.Dir, "lmwarden-spoe.conf")
-	s = strings.ReplaceAll(s, "/etc/haproxy/lmwarden-spoe.conf", spoe)
-	for _, line := range strings.Split(s, "\n") {
-		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") && strings.Contains(l, "10.0.0.") {
-			tb.Fatalf("%s: an example address was left unrendered: %s", name, l)
-		}
-	}
-	sp, err := os.ReadFile(filepath.Join(dir, "lmwarden-spoe.conf"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(spoe, sp, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	out := filepath.Join(t.Dir, name)
-	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	return out
-}
-
-// Start runs haproxy -db on cfg until the test ends, and waits for its
-// frontend.
-func Start(tb testing.TB, bin, cfg, front string) {
-	tb.Helper()
-	cmd := exec.Command(bin, "-db", "-f", cfg)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	tb.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if tb.Failed() {
-			tb.Logf("haproxy:\n%s", out.String())
-		}
-	})
-	testutil.Eventually(tb, 10*time.Second, "haproxy listening on "+front, func() bool {
-		select {
-		case <-done:
-			tb.Fatalf("haproxy exited:\n%s", out.String())
-		default:
-		}
-		c, err := net.DialTimeout("tcp", front, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
 }
 
 func freeAddr(t *testing.T) string {
@@ -238,6 +138,7 @@ func TestConsistentHashKeepsConversationsOnOneHost(t *testing.T) {
 	if per := seenPerHost(hs); sum(per) != sessions {
 		t.Errorf("the hosts saw %v conversations (%d in all), want each of the %d on one host", per, sum(per), sessions)
 	}
+	streamsAsItGoes(t, front)
 }
 
 // pickerFor starts a picker with its SPOE agent over the hosts.
@@ -339,6 +240,7 @@ func TestPickerThroughSPOE(t *testing.T) {
 			t.Errorf("session %s still kept on the dead host", s.Hash)
 		}
 	}
+	streamsAsItGoes(t, front)
 }
 
 // An agent that does not answer leaves HAProxy to its consistent hash:
@@ -359,5 +261,32 @@ func TestPickerDownFallsBackToHashing(t *testing.T) {
 	}
 	if per := seenPerHost(hs); sum(per) != 6 {
 		t.Errorf("the hosts saw %v conversations, want each of the 6 on one host", per)
+	}
+}
+
+// streamsAsItGoes checks that a streamed answer reaches the client as the
+// replica writes it: the first event long before the last (HAProxy's
+// small-write merging held the head back until the end without
+// `option http-no-delay`).
+func streamsAsItGoes(t *testing.T, front string) {
+	t.Helper()
+	body := `{"model":"qwen3-4b","max_tokens":400,"stream":true,"messages":[{"role":"user","content":"stream please"}]}`
+	req, _ := http.NewRequest("POST", "http://"+front+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("X-Session-Id", "streaming")
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Since(t0)
+	io.Copy(io.Discard, resp.Body)
+	all := time.Since(t0)
+	if first > all/2 {
+		t.Errorf("first bytes after %v of a %v stream: the answer was held back, not streamed", first, all)
 	}
 }

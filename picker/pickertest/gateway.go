@@ -108,8 +108,34 @@ type Gateway struct {
 	rr        atomic.Uint64
 	Stats     Stats
 
-	mu     sync.Mutex
-	served map[string]uint64 // endpoint -> requests it served
+	mu       sync.Mutex
+	served   map[string]uint64 // endpoint -> requests it served
+	failures []Failure
+}
+
+// Failure is a request the gateway could not serve.
+type Failure struct {
+	Start     time.Time // when the request reached the gateway
+	Endpoints []string  // what it was told to try
+	Err       string
+}
+
+// Failures lists the requests the gateway failed (5xx of its own, or a
+// response cut), in order.
+func (g *Gateway) Failures() []Failure {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Failure(nil), g.failures...)
+}
+
+type startKey struct{}
+
+func (g *Gateway) fail(r *http.Request, eps []string, err string) {
+	start, _ := r.Context().Value(startKey{}).(time.Time)
+	g.Stats.Failed.Add(1)
+	g.mu.Lock()
+	g.failures = append(g.failures, Failure{Start: start, Endpoints: eps, Err: err})
+	g.mu.Unlock()
 }
 
 // New builds a gateway; it dials the processor lazily.
@@ -163,6 +189,7 @@ func (g *Gateway) Served() map[string]uint64 {
 // ServeHTTP handles one request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.Stats.Requests.Add(1)
+	r = r.WithContext(context.WithValue(r.Context(), startKey{}, time.Now()))
 	body, err := io.ReadAll(r.Body) // kept whole: a retry must be able to send it again
 	if err != nil {
 		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
@@ -217,7 +244,7 @@ func (g *Gateway) failure(w http.ResponseWriter, r *http.Request, body []byte, e
 		g.forward(w, r, body, g.static(), nil)
 		return
 	}
-	g.Stats.Failed.Add(1)
+	g.fail(r, nil, "ext_proc: "+err.Error())
 	http.Error(w, "ext_proc: "+err.Error(), http.StatusInternalServerError)
 }
 
@@ -226,7 +253,7 @@ func (g *Gateway) failure(w http.ResponseWriter, r *http.Request, body []byte, e
 // response's headers and body.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, eps []string, x *exchange) {
 	if len(eps) == 0 {
-		g.Stats.Failed.Add(1)
+		g.fail(r, nil, "no endpoint")
 		http.Error(w, "no endpoint", http.StatusServiceUnavailable)
 		return
 	}
@@ -254,7 +281,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 		g.Stats.Retried.Add(1)
 	}
 	if err != nil {
-		g.Stats.Failed.Add(1)
+		g.fail(r, eps, "upstream: "+err.Error())
 		if r.Context().Err() == nil {
 			http.Error(w, "upstream: "+err.Error(), http.StatusServiceUnavailable)
 		}
@@ -266,7 +293,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 	g.mu.Unlock()
 	if x != nil && !g.cfg.SkipResponseHeaders {
 		if err := x.responseHeaders(resp, used); err != nil {
-			g.Stats.Failed.Add(1)
+			g.fail(r, eps, "ext_proc response headers: "+err.Error())
 			http.Error(w, "ext_proc: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -294,6 +321,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 			_ = rc.Flush()
 		}
 		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) && r.Context().Err() == nil {
+				g.fail(r, eps, "response cut: "+rerr.Error())
+			}
 			if errors.Is(rerr, io.EOF) && x != nil {
 				if tail, err := x.responseBody(nil, true); err == nil && len(tail) > 0 {
 					w.Write(tail)
