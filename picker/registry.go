@@ -151,7 +151,7 @@ type hostState struct {
 	healthy  bool // as the Model has it: taking placements
 	down     bool // out after UnhealthyAfter failed polls
 	downAt   time.Time
-	failures int  // failed polls in a row
+	failures int // failed polls in a row
 	lastErr  string
 	load     HostLoad
 	polledAt time.Time
@@ -651,11 +651,11 @@ type HostStatus struct {
 	Healthy   bool       `json:"healthy"`
 	Down      bool       `json:"down"`
 	DownSince *time.Time `json:"down_since,omitempty"`
-	Failures int        `json:"failed_polls_in_a_row"`
-	LastErr  string     `json:"last_error,omitempty"`
-	PolledAt *time.Time `json:"polled_at,omitempty"`
-	Polls    uint64     `json:"polls"`
-	Failed   uint64     `json:"failed_polls"`
+	Failures  int        `json:"failed_polls_in_a_row"`
+	LastErr   string     `json:"last_error,omitempty"`
+	PolledAt  *time.Time `json:"polled_at,omitempty"`
+	Polls     uint64     `json:"polls"`
+	Failed    uint64     `json:"failed_polls"`
 	// SessionsLearned counts conversations learned from this host's
 	// session list (SessionSync).
 	SessionsLearned uint64   `json:"sessions_learned"`

@@ -115,4 +115,3 @@ func Start(tb testing.TB, bin, cfg, front string) {
 		return err == nil
 	})
 }
-
