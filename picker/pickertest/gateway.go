@@ -281,6 +281,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 		g.Stats.Retried.Add(1)
 	}
 	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left (a timeout, the end of a run): not a failure of ours
+		}
 		g.fail(r, eps, "upstream: "+err.Error())
 		if r.Context().Err() == nil {
 			http.Error(w, "upstream: "+err.Error(), http.StatusServiceUnavailable)
