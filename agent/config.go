@@ -55,8 +55,14 @@ type Config struct {
 	HitRateWindow time.Duration `yaml:"hit_rate_window"`
 	// HashKey is the 16-byte key of the session-id hash. nil: random per
 	// process (session hashes then change across restarts).
-	HashKey HashKey       `yaml:"hash_key"`
-	Models  []ModelConfig `yaml:"models"`
+	HashKey HashKey `yaml:"hash_key"`
+	// HashKeyFile names a file holding the key instead (32 hex digits,
+	// surrounding space allowed): a mounted secret, shared with other
+	// wardens and the endpoint picker (docs/multihost.md).
+	HashKeyFile string        `yaml:"hash_key_file"`
+	Models      []ModelConfig `yaml:"models"`
+
+	hashKeyFromFile bool // HashKey was read from HashKeyFile (validation runs again)
 }
 
 // HashKey is the session-hash key; in the file, 32 hex digits.
@@ -294,6 +300,21 @@ func (c *Config) validate(p *problems) {
 	}
 	if c.HashKey != nil && len(c.HashKey) != 16 {
 		bad("hash_key", "want 16 bytes, got %d", len(c.HashKey))
+	}
+	if c.HashKeyFile != "" {
+		switch b, err := os.ReadFile(c.HashKeyFile); {
+		case c.HashKey != nil && !c.hashKeyFromFile:
+			bad("hash_key_file", "set hash_key or hash_key_file, not both")
+		case err != nil:
+			bad("hash_key_file", "%v", err)
+		default:
+			k, err := hex.DecodeString(strings.TrimSpace(string(b)))
+			if err != nil || len(k) != 16 {
+				bad("hash_key_file", "%s: want 32 hex digits (16 bytes)", c.HashKeyFile)
+			} else {
+				c.HashKey, c.hashKeyFromFile = k, true
+			}
+		}
 	}
 	if c.Listen != "" {
 		if err := checkHostPort(c.Listen); err != nil {
