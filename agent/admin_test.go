@@ -250,12 +250,15 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionSpill) {
-		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission spill", got.Cost)
+	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionAuto) {
+		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission auto", got.Cost)
+	}
+	if a := got.Cost.AdmissionState; a.Engaged || a.Timeout != 60 || a.QueueMax != 256 || a.Quantum != 20 || a.WaitP95 != nil {
+		t.Fatalf("admission state %+v, want off (nothing overloaded), the defaults and no wait yet", a)
 	}
 	for i, r := range got.Replicas {
-		if r.Cost == nil || r.Cost.PredictedTTFT <= 0 || r.Cost.Capacity <= 0 {
-			t.Fatalf("replica %d cost = %+v, want a predicted TTFT and a capacity", i, r.Cost)
+		if r.Cost == nil || r.Cost.PredictedTTFT <= 0 || r.Cost.Capacity <= 0 || r.Cost.Budget != r.Cost.Capacity {
+			t.Fatalf("replica %d cost = %+v, want a predicted TTFT, a capacity and a live budget of all of it (fill 1)", i, r.Cost)
 		}
 	}
 	// the replica with the request in flight predicts a longer wait

@@ -414,7 +414,7 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	}
 	a := mc.Admission // the zero value (a config built in code) means the defaults
 	if _, err := ParseAdmissionMode(string(a.Mode)); a.Mode != "" && err != nil {
-		bad("admission.mode", "%q: want off, spill or queue", a.Mode)
+		bad("admission.mode", "%q: want auto, queue, spill or off", a.Mode)
 	}
 	if a.QueueMax < 0 {
 		bad("admission.queue_max", "must not be negative, got %d", a.QueueMax)
@@ -424,6 +424,9 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	}
 	if a.Fill < 0 || a.Fill > 4 {
 		bad("admission.fill", "want a share of the KV capacity in (0, 4], got %v", a.Fill)
+	}
+	if a.Quantum < 0 {
+		bad("admission.quantum", "want a positive multiple of the re-prefill time, got %v", a.Quantum)
 	}
 }
 
