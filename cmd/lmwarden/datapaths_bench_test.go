@@ -68,9 +68,9 @@ func BenchmarkDatapaths(b *testing.B) {
 		streams int
 	}
 	type acc struct {
-		samples        []benchSample
-		moved          int64
-		machine, ours  float64 // CPU seconds
+		samples       []benchSample
+		moved         int64
+		machine, ours float64 // CPU seconds
 	}
 	results := map[key]*acc{}
 	var order []key
