@@ -113,15 +113,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	m.Place(Request{Now: time.Now()})
 	m.Place(Request{PinnedHeader: "9", Now: time.Now()})
 
-	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := mustScrape(t, "http://"+w.AdminAddr())
 	want := []string{
 		"lmwarden_requests_total", "lmwarden_requests_vllm_decided_total", "lmwarden_in_flight", "lmwarden_replica_in_flight",
 		"lmwarden_sessions_live", "lmwarden_replica_sessions", "lmwarden_sessions_expired_total",
@@ -184,15 +176,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 func TestEveryFamilyIsPresentBeforeAnyRequest(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 3})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
-	resp, err := http.Get("http://" + w.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := mustScrape(t, "http://"+w.AdminAddr())
 	for _, d := range allDescs {
 		name := descName(d)
 		f, ok := fams[name]
@@ -270,12 +254,15 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionSpill) {
-		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission spill", got.Cost)
+	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionAuto) {
+		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission auto", got.Cost)
+	}
+	if a := got.Cost.AdmissionState; a.Engaged || a.Timeout != 60 || a.QueueMax != 256 || a.Quantum != 20 || a.WaitP95 != nil {
+		t.Fatalf("admission state %+v, want off (nothing overloaded), the defaults and no wait yet", a)
 	}
 	for i, r := range got.Replicas {
-		if r.Cost == nil || r.Cost.PredictedTTFT <= 0 || r.Cost.Capacity <= 0 {
-			t.Fatalf("replica %d cost = %+v, want a predicted TTFT and a capacity", i, r.Cost)
+		if r.Cost == nil || r.Cost.PredictedTTFT <= 0 || r.Cost.Capacity <= 0 || r.Cost.Budget != r.Cost.Capacity {
+			t.Fatalf("replica %d cost = %+v, want a predicted TTFT, a capacity and a live budget of all of it (fill 1)", i, r.Cost)
 		}
 	}
 	// the replica with the request in flight predicts a longer wait

@@ -2,15 +2,38 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
 // Cache-capacity admission (docs/placement.md): per replica, the context of
-// its live sessions stays at or under its KV capacity, so that LRU never has
-// to evict a live session's history to make room for another's (the
-// thrashing of a working set larger than memory, Denning 1968). A session
-// that fits nowhere either waits at the warden (queue) or goes where it
-// costs least (spill). Used by policy cost.
+// the sessions live there stays within its KV cache, so that LRU never
+// evicts a live session's history to make room for another's (a working
+// set larger than memory thrashes, Denning 1968). It is load control: the
+// warden keeps the set of admitted sessions whose working sets fit, the
+// others wait at the warden in a fair order, and sessions are swapped in
+// quanta of several turns, each long enough that the re-prefill of a
+// session swapped back in is paid for by the turns it then runs from cache.
+//
+//   - A session is live from its request's placement until it has been
+//     idle for longer than nearly every pause between turns (liveIdle); a
+//     live session is never parked.
+//   - A session that is not live and fits nowhere waits, first come first
+//     served; a later one that fits may pass a waiter that does not, until
+//     that waiter has aged (admission_queue.go).
+//   - A session that has held its room for a quantum while others wait
+//     gives it up at the end of a turn; its next request waits its turn.
+//   - No request waits longer than the timeout: then it takes the room of
+//     the session idle longest where that makes room, else goes where it
+//     costs least (the least overfull replica).
+//   - The queue is bounded: past queue_max a request is refused (503 with
+//     Retry-After).
+//   - In mode auto (the default) all this is engaged only while the live
+//     context exceeds the caches (admission_auto.go); otherwise, and in
+//     mode spill, nobody waits and cost merely prefers replicas with room.
+//
+// Used by policy cost (and, for the live context, every policy that
+// decides from the cost model).
 
 // AdmissionMode says what happens to a session no replica has room for.
 type AdmissionMode string
@@ -19,19 +42,20 @@ const (
 	// AdmissionOff: no capacity check (cost placement only).
 	AdmissionOff AdmissionMode = "off"
 	// AdmissionSpill: prefer replicas with room; with none, place where the
-	// predicted TTFT is lowest anyway.
+	// predicted TTFT is lowest anyway. Nobody waits.
 	AdmissionSpill AdmissionMode = "spill"
-	// AdmissionQueue: a new (or returning, no longer live) session with no
-	// room anywhere waits at the warden, first come first served, until a
-	// live session ends or the timeout passes (then it goes where it costs
-	// least); a full queue refuses it (ErrAdmissionFull: 503).
+	// AdmissionQueue: a session that is not live and finds no room waits
+	// at the warden (always engaged).
 	AdmissionQueue AdmissionMode = "queue"
+	// AdmissionAuto: queue while the replicas' live context exceeds their
+	// caches, spill once it fits again (with hysteresis).
+	AdmissionAuto AdmissionMode = "auto"
 )
 
 // AdmissionConfig tunes admission.
 type AdmissionConfig struct {
 	Mode AdmissionMode `yaml:"mode"`
-	// QueueMax bounds the requests waiting at the warden (queue mode).
+	// QueueMax bounds the requests waiting at the warden.
 	QueueMax int `yaml:"queue_max"`
 	// Timeout is the longest a request waits at the warden; after it, it is
 	// placed where it costs least.
@@ -39,18 +63,40 @@ type AdmissionConfig struct {
 	// Fill is the share of a replica's KV capacity live sessions may hold
 	// (1: all of it).
 	Fill float64 `yaml:"fill"`
+	// Quantum is how long a session may keep its room while others wait,
+	// in multiples of the time its own re-prefill takes (its context over
+	// the learned prefill rate); then it yields at the end of a turn.
+	Quantum float64 `yaml:"quantum"`
 }
 
-// DefaultAdmission is what policy cost runs with unless told otherwise.
-var DefaultAdmission = AdmissionConfig{Mode: AdmissionSpill, QueueMax: 256, Timeout: 30 * time.Second, Fill: 1}
+// DefaultAdmission is what the cost-model policies run with unless told
+// otherwise. The quantum is measured (docs/placement.md, "Choosing the
+// quantum").
+var DefaultAdmission = AdmissionConfig{Mode: AdmissionAuto, QueueMax: 256, Timeout: 60 * time.Second, Fill: 1, Quantum: 20}
 
-// ParseAdmissionMode reads off, spill or queue.
+// ParseAdmissionMode reads auto, queue, spill or off.
 func ParseAdmissionMode(s string) (AdmissionMode, error) {
 	switch m := AdmissionMode(s); m {
-	case AdmissionOff, AdmissionSpill, AdmissionQueue:
+	case AdmissionOff, AdmissionSpill, AdmissionQueue, AdmissionAuto:
 		return m, nil
 	}
-	return "", fmt.Errorf("admission %q: want off, spill or queue", s)
+	return "", fmt.Errorf("admission %q: want auto, queue, spill or off", s)
+}
+
+// admissionState is admission's part of the cost model (under m.mu).
+type admissionState struct {
+	cfg     AdmissionConfig
+	engaged bool // parking now (always in queue mode; auto: with hysteresis)
+	parked  []*Wait
+
+	// counters (metrics, status)
+	waits, rejected, timedOut, yields, evicted, released uint64
+	waited                                               histogram // waits that ended (granted, timed out or cancelled), seconds
+	maxWait                                              float64
+	engagedSince                                         int64
+	loadAvg                                              float64 // the live load's average (admission_auto.go)
+	loadAt                                               int64   // when it was last updated
+	switches                                             uint64  // auto: times engaged
 }
 
 // SetAdmission changes admission (zero fields keep their defaults).
@@ -67,9 +113,22 @@ func (m *Model) SetAdmission(c AdmissionConfig) error {
 	if c.Fill <= 0 {
 		c.Fill = DefaultAdmission.Fill
 	}
+	if c.Quantum <= 0 {
+		c.Quantum = DefaultAdmission.Quantum
+	}
 	m.mu.Lock()
-	m.peer.admission = c
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	a := &m.peer.admission
+	a.cfg = c
+	switch c.Mode {
+	case AdmissionQueue:
+		a.engaged = true
+	case AdmissionSpill, AdmissionOff:
+		a.engaged = false
+	}
+	if !a.engaged {
+		m.releaseAllParked()
+	}
 	return nil
 }
 
@@ -77,32 +136,35 @@ func (m *Model) SetAdmission(c AdmissionConfig) error {
 func (m *Model) Admission() AdmissionConfig {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.peer.admission
+	return m.peer.admission.cfg
 }
 
 // admits says whether replica i has room for session s's prompt; call with
 // m.mu held.
 func (m *Model) admits(s *peerSession, i int, prompt float64) bool {
-	if m.peer.admission.Mode == AdmissionOff {
+	if m.peer.admission.cfg.Mode == AdmissionOff {
 		return true
 	}
 	if s != nil && s.replica == i && (s.live > 0 || s.inflight > 0) {
 		return true // already counted there
 	}
-	need := prompt + outputAllowance
-	return m.peer.reps[i].live+need <= m.peer.admission.Fill*m.capacity(i)
+	return m.physical(i)+m.room(i, prompt) <= m.peer.admission.cfg.Fill*m.capacity(i)
 }
 
 // Wait is a request parked at the warden by admission. The caller waits
-// for Ready (or its own timeout, Admission().Timeout, or the client going
-// away), then calls Claim (or Cancel).
+// for Ready, Deadline (then the request is placed where it costs least) or
+// its client going away, then calls Claim (or Cancel).
 type Wait struct {
 	// Ready is closed when a replica has room for the request.
 	Ready <-chan struct{}
 	// Since is when the request was parked.
 	Since time.Time
+	// Deadline is when the request must be placed, room or not (Since plus
+	// the admission timeout).
+	Deadline time.Time
 
 	ready    chan struct{}
+	order    int64 // queue position: Since less what its session waited before (aging)
 	req      Request
 	prompt   float64
 	hash     uint64
@@ -113,10 +175,11 @@ type Wait struct {
 }
 
 // Admit is Place under admission: it places the request at once, or, when
-// policy cost runs with AdmissionQueue and no replica has room for a
-// session that is not live, parks it and returns a Wait (Placement zero).
-// It returns ErrAdmissionFull when the queue is full (answer 503 with
-// Retry-After). With any other policy or mode it is Place.
+// a cost-model policy runs with admission engaged and no replica has room
+// for a session that is not live (or others wait before it), parks it and
+// returns a Wait (Placement zero). It returns an *AdmissionFullError (Is
+// ErrAdmissionFull) when the queue is full (answer 503 with Retry-After).
+// Otherwise it is Place.
 func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 	m.mu.Lock()
 	if w, err := m.maybePark(r); w != nil || err != nil {
@@ -128,56 +191,53 @@ func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 	return p, nil, err
 }
 
+// parks says whether admission can park r's session (policy cost, and
+// nothing overrides it); call with m.mu held.
+func (m *Model) parks(r Request) bool {
+	mode := m.peer.admission.cfg.Mode
+	return m.policy == PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" &&
+		(mode == AdmissionQueue || mode == AdmissionAuto)
+}
+
 // maybePark parks r if admission says so; call with m.mu held.
 func (m *Model) maybePark(r Request) (*Wait, error) {
-	if m.policy != PolicyCost || !m.affinity || m.peer.admission.Mode != AdmissionQueue ||
-		r.PinnedHeader != "" || r.SessionID == "" {
+	if !m.parks(r) {
 		return nil, nil
 	}
+	now := r.Now.UnixNano()
 	h := m.hasher.Hash(r.SessionID)
 	s := m.peer.sessions[h]
 	if s != nil && (s.live > 0 || s.inflight > 0) {
 		return nil, nil // a live session is never parked
 	}
 	prompt := m.promptTokens(r)
-	if len(m.peer.parked) == 0 {
-		for i := range m.reps {
-			if m.reps[i].healthy && m.admits(s, i, prompt) {
-				return nil, nil
-			}
-		}
+	a := &m.peer.admission
+	m.updateEngaged(now)
+	if !a.engaged {
+		return nil, nil
 	}
-	if len(m.peer.parked) >= m.peer.admission.QueueMax {
-		m.peer.rejected++
-		return nil, ErrAdmissionFull
+	if m.admitsNow(s, prompt, now) {
+		return nil, nil
+	}
+	if len(a.parked) >= a.cfg.QueueMax {
+		a.rejected++
+		return nil, &AdmissionFullError{RetryAfter: m.retryAfter(now)}
 	}
 	ch := make(chan struct{})
-	w := &Wait{Ready: ch, Since: r.Now, ready: ch, req: r, prompt: prompt, hash: h, replica: -1}
-	m.peer.parked = append(m.peer.parked, w)
-	m.peer.waits++
-	return w, nil
-}
-
-// admitParked grants room to parked requests, first come first served,
-// while some replica has it; call with m.mu held.
-func (m *Model) admitParked(now int64) {
-	for len(m.peer.parked) > 0 {
-		w := m.peer.parked[0]
-		s := m.peer.sessions[w.hash]
-		i := m.pickCost(s, w.prompt, now)
-		if i < 0 {
-			return
-		}
-		w.replica, w.reserved, w.granted = i, w.prompt+outputAllowance, true
-		m.peer.reps[i].live += w.reserved
-		close(w.ready)
-		m.peer.parked = m.peer.parked[1:]
+	w := &Wait{Ready: ch, Since: r.Now, Deadline: r.Now.Add(a.cfg.Timeout), ready: ch, req: r, prompt: prompt, hash: h,
+		replica: -1, order: now}
+	if s != nil {
+		w.order -= int64(s.waited * 1e9)
 	}
+	m.enqueue(w)
+	a.waits++
+	return w, nil
 }
 
 // Claim places a parked request: on the replica that has room once Ready
 // is closed, or, called before that (the timeout passed), where it costs
-// least. Call it once per Wait, with the time it is called.
+// least (placeAtDeadline). Call it once per Wait, with the time it is
+// called.
 func (m *Model) Claim(w *Wait, now time.Time) (Placement, error) {
 	m.mu.Lock()
 	if w.claimed {
@@ -186,52 +246,157 @@ func (m *Model) Claim(w *Wait, now time.Time) (Placement, error) {
 	}
 	w.claimed = true
 	m.release(w)
+	m.noteWait(w, now)
+	to := -1
 	if !w.granted {
-		m.peer.timedOut++
+		m.peer.admission.timedOut++
+		to = m.placeAtDeadline(w, now.UnixNano())
 	}
 	m.mu.Unlock()
 	r := w.req
-	r.Now = now
+	r.arrived, r.Now, r.to = r.Now, now, to+1
+	r.waited = now.Sub(w.Since).Seconds()
 	return m.Place(r)
 }
 
-// Cancel drops a parked request (its client went away).
-func (m *Model) Cancel(w *Wait) {
+// Cancel drops a parked request (its client went away): its place in the
+// queue, or the room granted to it, goes to the next waiter at once.
+func (m *Model) Cancel(w *Wait) { m.Abandon(w, time.Time{}) }
+
+// Abandon is Cancel with the time the client left, which counts its wait
+// in the admission stats (zero: it does not).
+func (m *Model) Abandon(w *Wait, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !w.claimed {
-		w.claimed = true
-		m.release(w)
+	if w.claimed {
+		return
 	}
+	w.claimed = true
+	m.release(w)
+	at := w.Since
+	if !now.IsZero() {
+		m.noteWait(w, now)
+		at = now
+	}
+	m.admitParked(at.UnixNano())
 }
 
 // release returns w's reservation or takes it out of the queue; call with
 // m.mu held.
 func (m *Model) release(w *Wait) {
+	a := &m.peer.admission
 	if w.granted {
-		m.peer.reps[w.replica].live -= w.reserved
+		if w.reserved > 0 {
+			pr := &m.peer.reps[w.replica]
+			pr.live -= w.reserved
+			pr.liveN--
+		}
 		w.reserved = 0
 		return
 	}
-	for k, x := range m.peer.parked {
+	for k, x := range a.parked {
 		if x == w {
-			m.peer.parked = append(m.peer.parked[:k], m.peer.parked[k+1:]...)
+			a.parked = append(a.parked[:k], a.parked[k+1:]...)
 			return
 		}
 	}
 }
 
+// noteWait records how long w waited.
+func (m *Model) noteWait(w *Wait, now time.Time) {
+	a := &m.peer.admission
+	d := max(0, now.Sub(w.Since).Seconds())
+	if a.waited.bounds == nil {
+		a.waited = newHistogram(parkedBuckets)
+	}
+	a.waited.observe(d)
+	a.maxWait = max(a.maxWait, d)
+}
+
+// releaseAllParked grants every parked request at once (admission was
+// switched off: nobody waits any more); call with m.mu held.
+func (m *Model) releaseAllParked() {
+	a := &m.peer.admission
+	for _, w := range a.parked {
+		close(w.ready) // granted without a reservation: Claim places it
+		w.granted = true
+	}
+	a.parked = nil
+}
+
+// AdmissionFullError is Admit's refusal when the queue is full: answer 503
+// with Retry-After.
+type AdmissionFullError struct {
+	RetryAfter time.Duration // when room is likely (at least a second)
+}
+
+func (e *AdmissionFullError) Error() string { return ErrAdmissionFull.Error() }
+
+// Is makes errors.Is(err, ErrAdmissionFull) true.
+func (e *AdmissionFullError) Is(target error) bool { return target == ErrAdmissionFull }
+
+// retryAfter is how long a refused request should wait before it asks
+// again: the time the oldest waiter has left before it is placed
+// (whatever happens, the queue moves by then), at least a second.
+func (m *Model) retryAfter(now int64) time.Duration {
+	a := &m.peer.admission
+	d := a.cfg.Timeout
+	for _, w := range a.parked {
+		d = min(d, time.Duration(w.Deadline.UnixNano()-now))
+	}
+	return max(time.Second, d.Round(time.Second))
+}
+
 // AdmissionStats are admission's counters.
 type AdmissionStats struct {
+	Mode     AdmissionMode
+	Engaged  bool   // parking now
 	Parked   int    // waiting now
 	Waits    uint64 // ever parked
 	Rejected uint64 // refused, queue full
-	TimedOut uint64 // placed after the timeout without room
+	TimedOut uint64 // placed at the timeout
+	Yields   uint64 // sessions that gave up their room after a quantum
+	Evicted  uint64 // sessions whose room a request at its timeout took
+	Released uint64 // sessions that had likely ended whose room a waiter took
+	Switches uint64 // auto: times admission engaged
+	// OldestWait is how long the oldest parked request has waited (s).
+	OldestWait float64
+	// WaitP50, WaitP95, MaxWait: waits that ended, seconds (NaN: none).
+	WaitP50, WaitP95, MaxWait float64
+	// LiveLoad is the live load's average that mode auto switches on
+	// (admission_auto.go): live context over the replicas' capacity.
+	LiveLoad float64
+	// SharedPrefix is the learned prefix every session shares (tokens).
+	SharedPrefix float64
+	// Live and Budget are, per replica, the context of its live sessions
+	// (and rooms granted to waiters), the shared prefix once, and what they
+	// may hold: fill × its KV capacity (tokens).
+	Live, Budget []float64
 }
 
 // AdmissionStats reads admission's counters.
 func (m *Model) AdmissionStats() AdmissionStats {
+	return m.AdmissionStatsAt(time.Now())
+}
+
+// AdmissionStatsAt is AdmissionStats with the oldest wait taken at now.
+func (m *Model) AdmissionStatsAt(now time.Time) AdmissionStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return AdmissionStats{Parked: len(m.peer.parked), Waits: m.peer.waits, Rejected: m.peer.rejected, TimedOut: m.peer.timedOut}
+	a := &m.peer.admission
+	st := AdmissionStats{Mode: a.cfg.Mode, Engaged: a.engaged, Parked: len(a.parked), Waits: a.waits, Rejected: a.rejected,
+		TimedOut: a.timedOut, Yields: a.yields, Evicted: a.evicted, Released: a.released, Switches: a.switches,
+		WaitP50: a.waited.quantile(0.5), WaitP95: a.waited.quantile(0.95), MaxWait: math.NaN()}
+	if a.waited.n > 0 {
+		st.MaxWait = a.maxWait
+	}
+	st.LiveLoad, st.SharedPrefix = a.loadAvg, m.peer.sharedPrefix
+	for i := range m.reps {
+		st.Live = append(st.Live, m.physical(i))
+		st.Budget = append(st.Budget, a.cfg.Fill*m.capacity(i))
+	}
+	for _, w := range a.parked {
+		st.OldestWait = max(st.OldestWait, now.Sub(w.Since).Seconds())
+	}
+	return st
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// HashKey is the 16-byte key of the session-id hash. nil: random per
 	// process (session hashes then change across restarts).
 	HashKey HashKey `yaml:"hash_key"`
+	// HashKeyFile names a file holding the key instead (32 hex digits,
+	// surrounding space allowed): a mounted secret, shared with other
+	// wardens and the endpoint picker (docs/multihost.md).
+	HashKeyFile string `yaml:"hash_key_file"`
 	// BodyTimeout bounds the whole request body: it must have arrived this
 	// long after its head, or the client gets 408 and the replica's
 	// request is aborted.
@@ -87,6 +91,8 @@ type Config struct {
 	// refused: DNS rebinding).
 	AdminHosts []string      `yaml:"admin_hosts"`
 	Models     []ModelConfig `yaml:"models"`
+
+	hashKeyFromFile bool // HashKey was read from HashKeyFile (validation runs again)
 }
 
 // HashKey is the session-hash key; in the file, 32 hex digits.
@@ -339,6 +345,21 @@ func (c *Config) validate(p *problems) {
 	if c.HashKey != nil && len(c.HashKey) != 16 {
 		bad("hash_key", "want 16 bytes, got %d", len(c.HashKey))
 	}
+	if c.HashKeyFile != "" {
+		switch b, err := os.ReadFile(c.HashKeyFile); {
+		case c.HashKey != nil && !c.hashKeyFromFile:
+			bad("hash_key_file", "set hash_key or hash_key_file, not both")
+		case err != nil:
+			bad("hash_key_file", "%v", err)
+		default:
+			k, err := hex.DecodeString(strings.TrimSpace(string(b)))
+			if err != nil || len(k) != 16 {
+				bad("hash_key_file", "%s: want 32 hex digits (16 bytes)", c.HashKeyFile)
+			} else {
+				c.HashKey, c.hashKeyFromFile = k, true
+			}
+		}
+	}
 	if c.Listen != "" {
 		if err := checkHostPort(c.Listen); err != nil {
 			bad("listen", "%v", err)
@@ -459,7 +480,7 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	}
 	a := mc.Admission // the zero value (a config built in code) means the defaults
 	if _, err := ParseAdmissionMode(string(a.Mode)); a.Mode != "" && err != nil {
-		bad("admission.mode", "%q: want off, spill or queue", a.Mode)
+		bad("admission.mode", "%q: want auto, queue, spill or off", a.Mode)
 	}
 	if a.QueueMax < 0 {
 		bad("admission.queue_max", "must not be negative, got %d", a.QueueMax)
@@ -469,6 +490,9 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	}
 	if a.Fill < 0 || a.Fill > 4 {
 		bad("admission.fill", "want a share of the KV capacity in (0, 4], got %v", a.Fill)
+	}
+	if a.Quantum < 0 {
+		bad("admission.quantum", "want a positive multiple of the re-prefill time, got %v", a.Quantum)
 	}
 }
 

@@ -300,3 +300,31 @@ models:
 		t.Errorf("the loader says:\n%s\ndocs/config.md says:\n%s", ce.Error(), want)
 	}
 }
+
+func TestHashKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "key")
+	os.WriteFile(good, []byte("000102030405060708090a0b0c0d0e0f\n"), 0o600)
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("nope"), 0o600)
+	model := "models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:8100]\n"
+	c, err := ParseConfig([]byte("hash_key_file: " + good + "\n" + model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.HashKey) != 16 || c.HashKey[15] != 0x0f {
+		t.Errorf("key %x", c.HashKey)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("validating again: %v", err)
+	}
+	for _, cfg := range []string{
+		"hash_key_file: " + bad + "\n",
+		"hash_key_file: " + filepath.Join(dir, "missing") + "\n",
+		"hash_key: 000102030405060708090a0b0c0d0e0f\nhash_key_file: " + good + "\n",
+	} {
+		if _, err := ParseConfig([]byte(cfg + model)); err == nil || !strings.Contains(err.Error(), "hash_key_file") {
+			t.Errorf("%q: %v, want a hash_key_file problem", cfg, err)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"math"
+	"slices"
 	"time"
 )
 
@@ -21,27 +23,29 @@ type peerState struct {
 	order    []uint64 // sessions in insertion order, for the sweep
 	cursor   int
 
-	// sharedPrefix is the prompt prefix every replica holds (the system
-	// prompt). It is 0 until a learning rule exists (docs/placement.md):
-	// assuming nothing shared only biases toward staying, like hysteresis.
-	sharedPrefix float64
-	meanUncached float64 // uncached prompt tokens per request, learned
-	rate         float64 // prefill tokens/s, learned (0: prior)
+	// sharedPrefix is the prompt prefix every session shares (the system
+	// prompt and tool definitions), learned from the replicas' KV usage
+	// (learnShared): a replica holds it once however many sessions it
+	// serves, so admission counts it once per replica.
+	sharedPrefix  float64
+	sharedSamples []float64 // the last samples of it (a ring), and a sorted copy
+	sharedSorted  []float64
+	sharedNext    int
+	firstPrompt   float64 // mean prompt of a session's first request (EWMA): sharedPrefix stays under it
+	meanUncached  float64 // uncached prompt tokens per request, learned
+	rate          float64 // prefill tokens/s, learned (0: prior)
 	// decayed sums behind rate and meanUncached (policy_cost.go)
 	rateTokens, rateSeconds, rateCount float64
 	rateAt                             int64 // when they were last decayed (unix ns)
-	// gap is a session's pause between a turn's end and its next request
-	// (EWMA, seconds): a session idle for much longer has ended or gone to
-	// think, and its context no longer counts as live.
-	gap float64
+	// gaps are the pauses sessions take between a turn's end and their
+	// next request: a session idle for much longer than nearly all of them
+	// has ended or gone to think, and its context no longer counts as live.
+	gaps    gapQuantiles
+	gapMean float64 // their mean (EWMA, seconds)
 
 	scratch []float64 // pickCost's per-replica predictions
 
-	admission AdmissionConfig
-	parked    []*Wait
-	waits     uint64 // requests ever parked (metrics)
-	rejected  uint64 // queue full
-	timedOut  uint64 // placed after the timeout without room
+	admission admissionState // admission.go
 }
 
 // peerSession is one session as the cost model sees it.
@@ -55,19 +59,34 @@ type peerSession struct {
 	lastEnd   int64
 	inflight  int
 	live      float64 // context counted in reps[replica].live (0: not live)
+	// heldSince is when the session's room on its replica was granted
+	// (its context became live there): how long it has held it, for the
+	// quantum (admission_queue.go).
+	heldSince int64
+	// leaving: its room went to a request at its timeout while its turn
+	// ran; it gives it up when the turn ends.
+	leaving bool
+	hold    int     // index in its replica's holders while live (-1: none)
+	waited  float64 // seconds its requests waited at the warden, in all
+	// likelyEnded marks a session victims found idle long enough to have
+	// likely ended (for the counters).
+	likelyEnded bool
 }
 
 func newPeerState(replicas int) *peerState {
 	return &peerState{
 		reps:      make([]peerRep, replicas),
 		sessions:  make(map[uint64]*peerSession),
-		admission: DefaultAdmission,
+		admission: admissionState{cfg: DefaultAdmission},
 	}
 }
 
 // liveIdle is how long after its last turn a session still counts as
-// live: many times the pause sessions take between turns, at least
-// minLiveIdle, at most the session TTL.
+// live: liveIdleGaps times the mean pause sessions take between turns, at
+// least minLiveIdle, at most the session TTL. It is generous on purpose
+// (a session between turns must keep its room); when others wait for
+// room, a session idle so long that it has likely ended gives its room up
+// sooner (admission_queue.go, makeRoom).
 const (
 	minLiveIdle   = 2 * time.Second
 	liveIdleGaps  = 20
@@ -75,7 +94,7 @@ const (
 )
 
 func (m *Model) liveIdle() int64 {
-	d := max(minLiveIdle, time.Duration(m.peer.gap*liveIdleGaps*1e9))
+	d := max(minLiveIdle, time.Duration(m.peer.gapMean*liveIdleGaps*1e9))
 	return int64(min(d, m.cfg.SessionTTL))
 }
 
@@ -92,7 +111,7 @@ func (m *Model) peerSweep(now int64, budget int) {
 		s := ps.sessions[h]
 		last := max(s.lastEnd, s.lastPlace)
 		if s.inflight == 0 && s.live > 0 && now-last > idle {
-			m.setLive(s, 0)
+			m.setLive(s, 0, now)
 		}
 		if s.inflight == 0 && now-last > ttl {
 			delete(ps.sessions, h)
@@ -104,49 +123,115 @@ func (m *Model) peerSweep(now int64, budget int) {
 	}
 }
 
-// setLive counts ctx tokens of s as live on its replica (0: none).
-func (m *Model) setLive(s *peerSession, ctx float64) {
+// setLive counts ctx tokens of s as live on its replica (0: none); a
+// session that was not live there starts holding its room now.
+func (m *Model) setLive(s *peerSession, ctx float64, now int64) {
+	pr := &m.peer.reps[s.replica]
 	if s.live > 0 {
-		m.peer.reps[s.replica].live -= s.live
+		pr.live -= s.live
+		pr.liveN--
+		if ctx == 0 {
+			pr.dropHolder(s)
+		}
+	} else if ctx > 0 {
+		s.heldSince = now
+		s.hold = len(pr.holders)
+		pr.holders = append(pr.holders, s)
 	}
 	s.live = ctx
 	if ctx > 0 {
-		m.peer.reps[s.replica].live += ctx
+		pr.live += ctx
+		pr.liveN++
 	}
+}
+
+// dropHolder takes s out of the replica's live sessions.
+func (pr *peerRep) dropHolder(s *peerSession) {
+	last := len(pr.holders) - 1
+	if s.hold < 0 || s.hold > last || pr.holders[s.hold] != s {
+		return
+	}
+	pr.holders[s.hold] = pr.holders[last]
+	pr.holders[s.hold].hold = s.hold
+	pr.holders[last] = nil
+	pr.holders = pr.holders[:last]
+	s.hold = -1
+}
+
+// expireLive ends the liveness of replica i's sessions idle for longer
+// than liveIdle (their rooms free for others).
+func (m *Model) expireLive(i int, now int64) {
+	idle := m.liveIdle()
+	pr := &m.peer.reps[i]
+	for k := 0; k < len(pr.holders); {
+		s := pr.holders[k]
+		if s.inflight == 0 && !s.leaving && now-max(s.lastEnd, s.lastPlace) > idle {
+			m.setLive(s, 0, now) // moves the last holder to k
+			continue
+		}
+		k++
+	}
+}
+
+// physical is the KV cache replica i's live sessions (and the rooms
+// granted to parked requests) take: their contexts, with the shared
+// prefix counted once.
+func (m *Model) physical(i int) float64 {
+	pr := &m.peer.reps[i]
+	return pr.live - m.peer.sharedPrefix*float64(max(0, pr.liveN-1))
+}
+
+// room is what a session with a prompt of the given tokens, not yet live
+// on replica i, would add to physical(i).
+func (m *Model) room(i int, prompt float64) float64 {
+	need := prompt + outputAllowance
+	if m.peer.reps[i].liveN > 0 {
+		need -= m.peer.sharedPrefix
+	}
+	return need
 }
 
 // peerRecord books a placement of session h (0: none) with a prompt of
 // the given tokens on replica i: the backlog, the LRU clock, the live
-// context; call with m.mu held.
-func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now int64) {
+// context; call with m.mu held. arrived is when the request reached the
+// warden (before any wait at it), for the pause since the session's last
+// turn.
+func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now, arrived int64) {
 	pr := &m.peer.reps[i]
 	pr.drain(now, m.prefillRate(i))
 	u := m.uncached(s, i, prompt)
 	pr.backlog += u
-	pr.inflightCtx += prompt
 	pr.touched += prompt
 	if h == 0 {
 		pr.unaffinedNew += u // no Done hook finds it: it only decays with the backlog
 		return
 	}
+	pr.inflightCtx += prompt
+	pr.inflightN++
 	pr.inflightNew += u
 	if s == nil {
-		s = &peerSession{replica: i}
+		s = &peerSession{replica: i, hold: -1}
 		m.peer.sessions[h] = s
 		m.peer.order = append(m.peer.order, h)
-	} else if s.inflight == 0 && s.lastEnd > 0 {
-		gap := float64(now-s.lastEnd) / 1e9
-		if m.peer.gap == 0 {
-			m.peer.gap = gap
+		if m.peer.firstPrompt == 0 {
+			m.peer.firstPrompt = prompt
 		} else {
-			m.peer.gap += 0.05 * (gap - m.peer.gap)
+			m.peer.firstPrompt += 0.05 * (prompt - m.peer.firstPrompt)
+		}
+	} else if s.inflight == 0 && s.lastEnd > 0 && arrived >= s.lastEnd {
+		gap := float64(arrived-s.lastEnd) / 1e9
+		m.peer.gaps.add(gap)
+		if m.peer.gapMean == 0 {
+			m.peer.gapMean = gap
+		} else {
+			m.peer.gapMean += 0.05 * (gap - m.peer.gapMean)
 		}
 	}
 	if s.replica != i {
-		m.setLive(s, 0)
+		m.setLive(s, 0, now)
 		s.replica = i
 	}
-	m.setLive(s, prompt+outputAllowance)
+	m.setLive(s, prompt+outputAllowance, now)
 	s.ctx = prompt
 	s.prompt = prompt
 	s.pending = u
@@ -167,6 +252,7 @@ func (m *Model) peerDone(p Placement, now time.Time) {
 	}
 	pr := &m.peer.reps[p.Replica]
 	pr.inflightCtx = max(0, pr.inflightCtx-s.prompt)
+	pr.inflightN = max(0, pr.inflightN-1)
 	pr.inflightNew = max(0, pr.inflightNew-s.pending)
 	if s.inflight > 0 {
 		s.inflight--
@@ -185,14 +271,70 @@ func (m *Model) peerDone(p Placement, now time.Time) {
 		s.ctx = s.prompt + outputAllowance
 		s.touchedAt = pr.touched
 	}
+	if s.inflight == 0 {
+		m.peer.gaps.ended()
+		if s.leaving {
+			s.leaving = false
+			m.setLive(s, 0, t)
+		}
+		m.maybeYield(s, t)
+	}
 	m.admitParked(t)
 }
 
 // peerObserve is ObserveReplica's hook; call with m.mu held.
 func (m *Model) peerObserve(i int, s ReplicaMetrics, now time.Time) {
 	m.costObserve(i, s, now)
+	m.learnShared(i, s, now.UnixNano())
+	m.expireLive(i, now.UnixNano())
 	m.peerSweep(now.UnixNano(), peerSweepStep)
-	m.admitParked(now.UnixNano())
+	m.admissionTick(now.UnixNano())
+}
+
+// learnShared estimates the shared prefix from replica i's KV usage. With
+// n ≥ 2 of the warden's session requests running there and nothing else
+// running or waiting, the blocks in use hold their prompts with the
+// shared prefix once: usage × capacity = Σ prompts − (n−1) · shared, less
+// what is still to prefill (vLLM allocates a prompt's blocks chunk by
+// chunk) and plus the output generated so far, neither of which the
+// warden sees. Only samples where every request has been in flight for
+// sharedSettle times the replica's mean time to first token count (its
+// prefill is most likely done). A prompt still prefilling makes a sample
+// too high (on the 27B box a long tail of them), outputs make it a little
+// low, so the estimate is a low quantile (sharedQuantile) of the last
+// sharedSamples samples, each capped at sharedCap of the mean first
+// prompt (nothing can share more than a new session sends).
+const (
+	sharedSettle   = 1.5 // times the replica's mean time to first token
+	sharedSamples  = 128
+	sharedQuantile = 0.1
+	sharedCap      = 0.9
+)
+
+func (m *Model) learnShared(i int, st ReplicaMetrics, now int64) {
+	pr := &m.peer.reps[i]
+	n := pr.inflightN
+	if n < 2 || st.Waiting > 0 || st.Running != float64(n) || st.KVCapacityTokens <= 0 || st.KVUsage <= 0 || pr.ttft <= 0 {
+		return
+	}
+	for _, s := range pr.holders {
+		if s.inflight > 0 && float64(now-s.lastPlace)/1e9 < sharedSettle*pr.ttft {
+			return // perhaps still prefilling: its prompt's blocks are not all allocated yet
+		}
+	}
+	est := (pr.inflightCtx - st.KVUsage*st.KVCapacityTokens) / float64(n-1)
+	est = math.Max(0, math.Min(est, sharedCap*m.peer.firstPrompt))
+	ps := m.peer
+	if len(ps.sharedSamples) < sharedSamples {
+		ps.sharedSamples = append(ps.sharedSamples, est)
+	} else {
+		ps.sharedSamples[ps.sharedNext] = est
+		ps.sharedNext = (ps.sharedNext + 1) % sharedSamples
+	}
+	sorted := append(ps.sharedSorted[:0], ps.sharedSamples...)
+	slices.Sort(sorted)
+	ps.sharedSorted = sorted
+	ps.sharedPrefix = sorted[int(sharedQuantile*float64(len(sorted)-1))]
 }
 
 // costChooser is a policy that decides from the cost model: Model.pickBooked
@@ -219,7 +361,18 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	if i < 0 {
 		i = m.leastLoaded(-1)
 	}
-	m.peerRecord(h, s, i, prompt, now)
+	arrived := now
+	if !r.arrived.IsZero() {
+		arrived = r.arrived.UnixNano()
+	}
+	m.peerRecord(h, s, i, prompt, now, arrived)
+	if h != 0 {
+		s = m.peer.sessions[h]
+		s.waited += r.waited
+		if m.peer.admission.engaged {
+			m.keepWithin(i, s, now)
+		}
+	}
 	return i
 }
 
@@ -228,18 +381,19 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 type CostEstimates struct {
 	PrefillRate  float64   // tokens/s (0: nothing learned yet)
 	MeanUncached float64   // uncached prompt tokens a request
+	SharedPrefix float64   // tokens every session shares, held once a replica
 	Capacity     []float64 // KV tokens per replica, as placement uses it
-	Live         []float64 // live context per replica (admission)
+	Live         []float64 // live context per replica, the shared prefix counted once (admission)
 }
 
 // CostEstimates returns the cost model's learned numbers.
 func (m *Model) CostEstimates() CostEstimates {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := CostEstimates{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached}
+	e := CostEstimates{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached, SharedPrefix: m.peer.sharedPrefix}
 	for i := range m.reps {
 		e.Capacity = append(e.Capacity, m.capacity(i))
-		e.Live = append(e.Live, m.peer.reps[i].live)
+		e.Live = append(e.Live, m.physical(i))
 	}
 	return e
 }

@@ -57,6 +57,21 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		saveScreenshot(t, ctx, "dashboard-models.png")
 	})
 
+	t.Run("policy cost adds admission and each replica's live context", func(t *testing.T) {
+		setPolicy := func(p agent.Policy) {
+			if err := env.warden.Model(dashboardModel).SetPolicy(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setPolicy(agent.PolicyCost)
+		defer setPolicy(agent.PolicySticky)
+		card := waitCardMatchesAPI(t, ctx, env)
+		t.Logf("admission pill %q, replica 0 live context %q", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
+		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 39.1k") {
+			t.Errorf("admission pill %q, live context %q: want auto (not engaged) and the 39,088-token budget", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
+		}
+	})
+
 	t.Run("history, errors and the warden line equal the API", func(t *testing.T) {
 		h := waitHistoryMatchesAPI(t, ctx, env, sent)
 		t.Logf("time to first byte: %d responses, p50 %s s, p95 %s s; %d replica histories", h.Responses, h.P50, h.P95, len(h.Replicas))
@@ -630,6 +645,20 @@ func compareCard(card pageCard, m agent.ModelStatus) []string {
 			check(at("prefix_hit_rate")+" text", row["prefix_hit_rate"].Text, "–")
 		}
 		check(at("healthy"), row["healthy"].Value, strconv.FormatBool(r.Healthy))
+		if r.Cost == nil {
+			check(at("live_context")+" text", row["live_context"].Text, "–")
+		} else {
+			checkValue(&diffs, at("live_context"), row["live_context"].Value, r.Cost.Live)
+			check(at("live_context")+" text", row["live_context"].Text,
+				fmt.Sprintf("%.1fk / %.1fk", r.Cost.Live/1000, r.Cost.Budget/1000))
+		}
+	}
+	if m.Cost != nil {
+		pill := card.Pills["admission"]
+		if !strings.HasPrefix(pill.Text, "Admission "+m.Cost.Admission) || pill.Value != m.Cost.Admission ||
+			strings.Contains(pill.Text, "engaged") != m.Cost.AdmissionState.Engaged {
+			diffs = append(diffs, fmt.Sprintf("admission pill: page %q, API %s, engaged %v", pill.Text, m.Cost.Admission, m.Cost.AdmissionState.Engaged))
+		}
 	}
 	return diffs
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -80,17 +82,24 @@ func TestWardenInfoAndBuildInfoMetric(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := mustScrape(t, base)
 	bi := fams["lmwarden_build_info"].GetMetric()
 	if len(bi) != 1 || !labelsMatch(bi[0], map[string]string{"version": "v9.8.7", "revision": "abc123-dirty", "goversion": "go1.99"}) || sampleValue(bi[0]) != 1 {
 		t.Fatalf("lmwarden_build_info %v", bi)
 	}
+}
+
+// mustScrape reads and parses GET base/metrics (base: http://host:port).
+func mustScrape(tb testing.TB, base string) map[string]*dto.MetricFamily {
+	tb.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	fams, err := ParseMetrics(resp.Body, resp.Header)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fams
 }

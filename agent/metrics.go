@@ -70,11 +70,26 @@ var (
 		"Placement decisions that failed, by reason (no_healthy_replica, retry_failed).",
 		[]string{"model", "reason"}, nil)
 	descAdmissionParked = prometheus.NewDesc("lmwarden_admission_parked",
-		"Requests waiting at the warden for room in a replica's KV cache now (policy cost, admission queue).",
+		"Requests waiting at the warden for room in a replica's KV cache now (policy cost).",
 		[]string{"model"}, nil)
 	descAdmissionEvents = prometheus.NewDesc("lmwarden_admission_total",
-		"Admission outcomes: parked (waited at the warden), rejected (queue full: 503), timed_out (placed without room after the timeout).",
+		"Admission outcomes: parked (waited at the warden), rejected (queue full: 503), timed_out (placed at the timeout), yielded (a session gave its room up after its quantum), evicted (a room taken for a request at its timeout or a grown session), released (the room of a session that had likely ended, given to a waiter).",
 		[]string{"model", "outcome"}, nil)
+	descAdmissionEngaged = prometheus.NewDesc("lmwarden_admission_engaged",
+		"1 while admission makes requests that find no room wait at the warden (mode auto: the live load passed 1.2, until it is under 1.0).",
+		[]string{"model"}, nil)
+	descAdmissionLoad = prometheus.NewDesc("lmwarden_admission_live_load_ratio",
+		"Live context (the shared prefix once a replica, plus what waits) over the replicas' KV capacity times fill, averaged over a minute.",
+		[]string{"model"}, nil)
+	descAdmissionOldest = prometheus.NewDesc("lmwarden_admission_oldest_wait_seconds",
+		"How long the oldest request parked now has waited (0: none parked).",
+		[]string{"model"}, nil)
+	descReplicaLive = prometheus.NewDesc("lmwarden_replica_live_context_tokens",
+		"Context of the sessions live on the replica and of rooms granted to waiters, the shared prefix counted once (policies that decide from the cost model).",
+		[]string{"model", "replica"}, nil)
+	descReplicaBudget = prometheus.NewDesc("lmwarden_replica_live_budget_tokens",
+		"What the replica's live sessions may hold: admission.fill times its KV capacity (vllm:cache_config_info).",
+		[]string{"model", "replica"}, nil)
 	descRetries = prometheus.NewDesc("lmwarden_retries_total",
 		"Requests moved away from this replica after a failed connect.",
 		[]string{"model", "replica"}, nil)
@@ -120,7 +135,8 @@ var allDescs = []*prometheus.Desc{
 	descBuildInfo, descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
 	descSessionsPinned, descSessionsEvicted, descUntrustedPins, descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
 	descUnaffined, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
-	descPlacementErrors, descAdmissionParked, descAdmissionEvents, descRetries, descReplicaInfo, descHealthy, descPollFailures,
+	descPlacementErrors, descAdmissionParked, descAdmissionEvents,
+	descAdmissionEngaged, descAdmissionLoad, descAdmissionOldest, descReplicaLive, descReplicaBudget, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
 	descFirstByte, descDuration, descAdmissionWait, descResponses,
 }
@@ -185,6 +201,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descAdmissionEvents, float64(as.Waits), mn, "parked")
 		counter(descAdmissionEvents, float64(as.Rejected), mn, "rejected")
 		counter(descAdmissionEvents, float64(as.TimedOut), mn, "timed_out")
+		counter(descAdmissionEvents, float64(as.Yields), mn, "yielded")
+		counter(descAdmissionEvents, float64(as.Evicted), mn, "evicted")
+		counter(descAdmissionEvents, float64(as.Released), mn, "released")
+		gauge(descAdmissionEngaged, b2f(as.Engaged), mn)
+		gauge(descAdmissionLoad, as.LiveLoad, mn)
+		gauge(descAdmissionOldest, as.OldestWait, mn)
 		lat := m.latencySnapshot()
 		histogram(descAdmissionWait, &lat.parked, mn)
 		for _, r := range s.Replicas {
@@ -214,6 +236,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descKVUsage, r.KVUsed, mn, ri)
 			gauge(descHitRate, r.PrefixHitRate, mn, ri)
 			gauge(descLoad, r.Load, mn, ri)
+			if r.Index < len(as.Live) {
+				gauge(descReplicaLive, as.Live[r.Index], mn, ri)
+				gauge(descReplicaBudget, as.Budget[r.Index], mn, ri)
+			}
 		}
 	}
 }

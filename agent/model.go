@@ -66,6 +66,14 @@ type Request struct {
 	// virtual bench) is trusted.
 	Source netip.Addr
 	Now    time.Time
+	// arrived is when a request that admission kept waiting reached the
+	// warden (zero: Now).
+	arrived time.Time
+	// to is the replica admission made room on for a request at its
+	// timeout (0: none; else the replica's index + 1).
+	to int
+	// waited is how long it waited at the warden (seconds).
+	waited float64
 }
 
 // Placement is the answer: where to send the request. Hand it back to Retry
@@ -298,6 +306,9 @@ func (m *Model) HashSession(id string) uint64 {
 func (m *Model) SetAffinity(on bool) {
 	m.mu.Lock()
 	m.affinity = on
+	if !on {
+		m.releaseAllParked() // admission no longer decides: nobody waits
+	}
 	m.mu.Unlock()
 }
 
@@ -316,6 +327,9 @@ func (m *Model) SetPolicy(p Policy) error {
 	}
 	m.mu.Lock()
 	m.setActive(p)
+	if p != PolicyCost {
+		m.releaseAllParked() // admission no longer decides: nobody waits
+	}
 	m.mu.Unlock()
 	return nil
 }

@@ -46,7 +46,17 @@ type costPolicy struct{}
 
 func newCostPolicy(*Model, ModelOptions) policy { return costPolicy{} }
 
-func (p costPolicy) pick(m *Model, h uint64, r Request) int { return m.pickBooked(p, h, r) }
+func (p costPolicy) pick(m *Model, h uint64, r Request) int {
+	if i := r.to - 1; i >= 0 && i < len(m.reps) && m.reps[i].healthy {
+		return m.pickBooked(forcedChoice(i), h, r) // admission made room there
+	}
+	return m.pickBooked(p, h, r)
+}
+
+// forcedChoice books a placement on one replica.
+type forcedChoice int
+
+func (f forcedChoice) choose(*Model, *peerSession, float64, int64) int { return int(f) }
 
 // choose is cost's rule: the lowest predicted TTFT among the replicas
 // admission allows; with none, the least overfull; a session that stays
@@ -95,16 +105,20 @@ const (
 
 // peerRep is the cost model's view of one replica.
 type peerRep struct {
-	backlog      float64 // predicted prefill tokens not yet computed
-	backlogAt    int64   // when backlog was last drained (unix ns)
-	touched      float64 // prompt tokens placed here, cumulative (LRU clock)
-	inflightCtx  float64 // prompt tokens of the requests in flight here
-	inflightNew  float64 // predicted uncached tokens of the session requests in flight here
-	unaffinedNew float64 // the same for requests without a session (no Done hook finds them): drained like the backlog
-	live         float64 // context of the live sessions held here (admission)
+	backlog      float64        // predicted prefill tokens not yet computed
+	backlogAt    int64          // when backlog was last drained (unix ns)
+	touched      float64        // prompt tokens placed here, cumulative (LRU clock)
+	inflightCtx  float64        // prompt tokens of the session requests in flight here
+	inflightN    int            // those requests
+	inflightNew  float64        // predicted uncached tokens of the session requests in flight here
+	unaffinedNew float64        // the same for requests without a session (no Done hook finds them): drained like the backlog
+	live         float64        // context of the live sessions held here, and of the rooms granted to parked requests (admission)
+	liveN        int            // how many sessions and rooms live counts
+	holders      []*peerSession // the sessions live here
 
 	capLearned  float64 // KV capacity inferred from usage (0: unknown)
 	turnSeconds float64 // mean time a request stays in flight, learned
+	ttft        float64 // mean time to first token the replica reports, learned (s)
 
 	prev       ReplicaMetrics // previous poll, for counter deltas
 	prevAt     time.Time
@@ -228,7 +242,7 @@ func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
 	slack := math.Max(tieSlackAbs, tieSlackRel*bestT)
 	best := least.By(&m.start, n, func(i int) (float64, bool) {
 		// the warden's exact in-flight count, then the live context
-		return float64(m.reps[i].inFlight) + m.peer.reps[i].live/m.capacity(i),
+		return float64(m.reps[i].inFlight) + m.physical(i)/m.capacity(i),
 			!math.IsInf(ts[i], 1) && ts[i] <= bestT+slack
 	})
 	if best >= 0 {
@@ -251,6 +265,14 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 		uncached := (s.PromptTokens - pr.prev.PromptTokens) - (s.PrefixHits - pr.prev.PrefixHits)
 		count := s.TTFTCount - pr.prev.TTFTCount
 		ttftSum := s.TTFTSum - pr.prev.TTFTSum
+		if count > 0 && ttftSum >= 0 {
+			t := ttftSum / count
+			if pr.ttft == 0 {
+				pr.ttft = t
+			} else {
+				pr.ttft += rateEWMA * (t - pr.ttft)
+			}
+		}
 		// rate = decayed sum of uncached tokens over the decayed sum of the
 		// seconds they took, pooled over the model's replicas (one model,
 		// one kind of card): a ratio of sums, because one poll window's
@@ -310,22 +332,22 @@ const (
 )
 
 // pickRebalance returns where session s should move to, or -1 to stay;
-// call with m.mu held. Not under admission queue, which decides where
+// call with m.mu held. Not while admission is engaged, which decides where
 // sessions live itself.
 func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 	if s == nil || s.replica < 0 || s.replica >= len(m.reps) || !m.reps[s.replica].healthy ||
-		m.peer.admission.Mode == AdmissionQueue || m.heldAtRun(s, now) >= evictedShare*prompt {
+		m.peer.admission.engaged || m.heldAtRun(s, now) >= evictedShare*prompt {
 		return -1
 	}
 	if hit, ok := m.reps[s.replica].hitRate.value(); !ok || hit >= thrashingHitRatio {
 		return -1
 	}
-	own := &m.peer.reps[s.replica]
+	own := m.physical(s.replica)
 	need := prompt + outputAllowance
-	limit := own.live/m.capacity(s.replica) - rebalanceMargin*need/m.capacity(s.replica)
+	limit := own/m.capacity(s.replica) - rebalanceMargin*need/m.capacity(s.replica)
 	best, bestT := -1, m.predictTTFT(s.replica, s, prompt, now)
 	for i := range m.reps {
-		if i == s.replica || !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > limit {
+		if i == s.replica || !m.reps[i].healthy || (m.physical(i)+m.room(i, prompt))/m.capacity(i) > limit {
 			continue
 		}
 		if t := m.predictTTFT(i, s, prompt, now); t <= bestT {
@@ -342,7 +364,7 @@ func (m *Model) pickRebalance(s *peerSession, prompt float64, now int64) int {
 	// (give or take half a session: sessions differ in size).
 	stay := bestT
 	for i := range m.reps {
-		if i == s.replica || !m.reps[i].healthy || m.peer.reps[i].live+need > own.live+rebalanceMargin*need {
+		if i == s.replica || !m.reps[i].healthy || m.physical(i)+m.room(i, prompt) > own+rebalanceMargin*need {
 			continue
 		}
 		if hit, ok := m.reps[i].hitRate.value(); !ok || hit >= thrashingHitRatio {
@@ -366,11 +388,11 @@ func (m *Model) pickLeastOverfull(s *peerSession, prompt float64, now int64) int
 	lowest := math.Inf(1)
 	for i := range n {
 		if m.reps[i].healthy {
-			lowest = math.Min(lowest, (m.peer.reps[i].live+need)/m.capacity(i))
+			lowest = math.Min(lowest, (m.physical(i)+m.room(i, prompt))/m.capacity(i))
 		}
 	}
 	return least.By(&m.start, n, func(i int) (float64, bool) {
-		if !m.reps[i].healthy || (m.peer.reps[i].live+need)/m.capacity(i) > lowest+0.5*need/m.capacity(i) {
+		if !m.reps[i].healthy || (m.physical(i)+m.room(i, prompt))/m.capacity(i) > lowest+0.5*need/m.capacity(i) {
 			return 0, false
 		}
 		return m.predictTTFT(i, s, prompt, now), true

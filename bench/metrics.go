@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -184,17 +186,32 @@ func (p *metricsPoller) discover(ctx context.Context) error {
 func (p *metricsPoller) poll(ctx context.Context) []*replicaSample {
 	out := make([]*replicaSample, len(p.keys))
 	byURL := map[string]map[string]*replicaSample{}
+	// Every source at once, each within scrapeTimeout: a replica that
+	// stopped answering (a host gone from the network) must neither stall
+	// the others' samples nor the end of the run.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, s := range p.sources {
-		got, err := s.scrape(ctx, p.client)
-		if err == nil {
-			byURL[s.url] = got
-		}
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+			got, err := s.scrape(sctx, p.client)
+			cancel()
+			if err == nil {
+				mu.Lock()
+				byURL[s.url] = got
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	for i, k := range p.keys {
 		out[i] = byURL[k.url][k.engine]
 	}
 	return out
 }
+
+// scrapeTimeout bounds one read of a replica's /metrics.
+const scrapeTimeout = 2 * time.Second
 
 // metricsURL turns a replica base URL into its /metrics URL.
 func metricsURL(u string) string {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent"
 )
 
 // Report is one benchmark run: how it was run and one result per step and
@@ -133,11 +135,37 @@ type TaskStats struct {
 	ParkedP95     Num `json:"parked_p95_s"`
 	ParkedMax     Num `json:"parked_max_s"`
 
+	// Admission is what the warden's admission did in the window (virtual
+	// runs; nil when it never engaged).
+	Admission *AdmissionCounts `json:"admission,omitempty"`
+
 	// LiveContext is the mean over polls of the context (tokens) of the
 	// sessions started and not finished; LiveContextX the same over the
 	// replicas' total KV capacity (NaN when a capacity is unknown).
 	LiveContext  Num `json:"live_context_tokens"`
 	LiveContextX Num `json:"live_context_x"`
+}
+
+// AdmissionCounts are the warden's admission counters over a window
+// (agent.AdmissionStats' increase).
+type AdmissionCounts struct {
+	Parked   uint64 `json:"parked"`    // requests that waited
+	Rejected uint64 `json:"rejected"`  // refused, queue full (503)
+	TimedOut uint64 `json:"timed_out"` // placed at the timeout
+	Yields   uint64 `json:"yields"`    // sessions that gave up their room after a quantum
+	Evicted  uint64 `json:"evicted"`   // sessions whose room went to a request at its timeout, or to a grown session's replica
+	Released uint64 `json:"released"`  // sessions idle so long they had likely ended whose room went to a waiter
+	Switches uint64 `json:"switches"`  // times admission engaged (mode auto)
+}
+
+// admissionCounts is the increase from a to b (nil when nothing happened).
+func admissionCounts(a, b agent.AdmissionStats) *AdmissionCounts {
+	c := &AdmissionCounts{Parked: b.Waits - a.Waits, Rejected: b.Rejected - a.Rejected, TimedOut: b.TimedOut - a.TimedOut,
+		Yields: b.Yields - a.Yields, Evicted: b.Evicted - a.Evicted, Released: b.Released - a.Released, Switches: b.Switches - a.Switches}
+	if *c == (AdmissionCounts{}) && !b.Engaged {
+		return nil
+	}
+	return c
 }
 
 // Failed says whether the step had errors or timeouts.

@@ -141,3 +141,30 @@ func TestVirtualRunMeasuresTasksTurnsAndWaitsAtTheWarden(t *testing.T) {
 		t.Errorf("live context %v at 24 sessions, %v at 4: want over and well under the cache", heavy.LiveContextX, light.LiveContextX)
 	}
 }
+
+func TestVirtualAdmissionIsOnByDefaultOnlyPastTheCache(t *testing.T) {
+	// policy cost with the model's own admission (mode auto): 8 sessions
+	// fit and nobody waits; 24 are twice the cache, admission engages,
+	// requests wait at the warden and none past the 60 s bound.
+	rep, err := RunVirtual(context.Background(), VirtualConfig{
+		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(8, 24), Warmup: 2 * time.Minute,
+		Duration: 3 * time.Minute, Arms: mustArms(t, "cost"), FreshReplicas: true, Seed: 5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	light, _ := rep.Find(8, "cost")
+	heavy, _ := rep.Find(24, "cost")
+	if light.Parked != 0 || light.Admission != nil {
+		t.Errorf("8 sessions: %d parked, admission %+v: want admission off", light.Parked, light.Admission)
+	}
+	if heavy.Parked == 0 || heavy.Admission == nil || heavy.Admission.Parked == 0 {
+		t.Fatalf("24 sessions: %d parked, admission %+v: want it engaged", heavy.Parked, heavy.Admission)
+	}
+	if limit := agent.DefaultAdmission.Timeout.Seconds() + 1; float64(heavy.ParkedMax) > limit {
+		t.Errorf("24 sessions: a request waited %vs, past the bound", heavy.ParkedMax)
+	}
+	if !(heavy.HitRate > 0.5) {
+		t.Errorf("24 sessions: hit rate %v with admission, want the caches kept (over 0.5; about 0.3 without)", heavy.HitRate)
+	}
+}

@@ -274,9 +274,11 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	rec.tasks = window.tasks
 	w.live = liveSet{}
 	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
+	var admitted agent.AdmissionStats
 	measure := func() {
 		rec = window
 		w.rec = window
+		admitted = w.model.AdmissionStatsAt(w.v.Now())
 		if w.cfg.Trace != nil {
 			w.cfg.Trace.Window(step, arm.Name, start)
 		}
@@ -413,7 +415,9 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
 	}
 	w.rec = nil
-	return window.result(step, arm.Name, w.cfg.Duration.Seconds(), sys), nil
+	res := window.result(step, arm.Name, w.cfg.Duration.Seconds(), sys)
+	res.Admission = admissionCounts(admitted, w.model.AdmissionStatsAt(w.v.Now()))
+	return res, nil
 }
 
 var nanSec = math.NaN()

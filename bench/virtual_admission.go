@@ -37,7 +37,7 @@ func (w *virtualWorld) admit(req agent.Request, turn int, then func(agent.Placem
 		then(p, err)
 	}
 	w.parked = append(w.parked, pt)
-	w.v.At(w.v.Now().Add(w.model.Admission().Timeout), func() { w.wakeParked(); pt.claim() })
+	w.v.At(wait.Deadline, func() { w.wakeParked(); pt.claim() })
 }
 
 // wakeParked claims every parked request the model has granted room to.
@@ -67,7 +67,7 @@ func (w *virtualWorld) cancelParked() {
 	for _, pt := range w.parked {
 		if !pt.claimed {
 			pt.claimed = true
-			w.model.Cancel(pt.wait)
+			w.model.Abandon(pt.wait, w.v.Now())
 			if w.rec != nil {
 				w.rec.cut++
 				w.rec.tasks.parkedFor(w.v.Now().Sub(pt.wait.Since).Seconds(), true)

@@ -14,15 +14,12 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 	struct frontend_key key = {};
 	struct conn_key own = {};
 	struct frontend_value *fe;
-	struct dispatch_stats *ds;
 	struct bpf_sock *sk;
-	__u32 zero = 0;
+	long err;
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
-	ds = bpf_map_lookup_elem(&lmw_dispatch_stats, &zero);
-	if (ds)
-		ds->lookups++;
+	count(&lmw_dispatch_stats, DISPATCH_LOOKUPS);
 
 	/* The warden's own connections (to a replica, or polling one) go
 	 * where the kernel would send them: never back into the shim. */
@@ -41,8 +38,7 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 		}
 	}
 	if (bpf_map_lookup_elem(&lmw_own_conns, &own)) {
-		if (ds)
-			ds->own++;
+		count(&lmw_dispatch_stats, DISPATCH_OWN);
 		return SK_PASS;
 	}
 
@@ -62,24 +58,18 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 		fe = bpf_map_lookup_elem(&lmw_frontends, &key);
 	}
 	if (!fe) {
-		if (ds)
-			ds->misses++;
+		count(&lmw_dispatch_stats, DISPATCH_MISS);
 		return SK_PASS;
 	}
 	sk = bpf_map_lookup_elem(&lmw_listeners, &fe->slot);
 	if (!sk) {
 		/* the shim is gone: the port's own listener answers */
-		if (ds)
-			ds->no_listener++;
+		count(&lmw_dispatch_stats, DISPATCH_NO_LISTENER);
 		return SK_PASS;
 	}
-	if (bpf_sk_assign(ctx, sk, 0)) {
-		if (ds)
-			ds->failed_assigns++; /* fail open as well */
-	} else if (ds) {
-		ds->assigned++;
-	}
+	err = bpf_sk_assign(ctx, sk, 0); /* on error, fail open as well */
 	bpf_sk_release(sk);
+	count(&lmw_dispatch_stats, err ? DISPATCH_FAILED_ASSIGN : DISPATCH_ASSIGNED);
 	return SK_PASS;
 }
 

@@ -6,4 +6,4 @@
 // nothing (where clang is installed).
 package bpf
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -nostdinc" -target bpfel -go-package bpf -output-stem lmwarden -type frontend_key -type frontend_value -type conn_key -type own_conn -type dispatch_stats -type session -type sock_ctl -type sock_state -type frame -type pair_stats -type replica_stats -type response_end Lmwarden lmwarden.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -nostdinc" -target bpfel -go-package bpf -output-stem lmwarden -type frontend_key -type frontend_value -type conn_key -type own_conn -type session -type sock_ctl -type sock_state -type frame -type replica_stats -type response_end Lmwarden lmwarden.c

@@ -41,9 +41,9 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, DISPATCH_OUTCOMES);
 	__type(key, __u32);
-	__type(value, struct dispatch_stats);
+	__type(value, __u64);
 } lmw_dispatch_stats SEC(".maps");
 
 struct {
@@ -83,9 +83,9 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, PAIR_OUTCOMES);
 	__type(key, __u32);
-	__type(value, struct pair_stats);
+	__type(value, __u64);
 } lmw_pair_stats SEC(".maps");
 
 struct {
@@ -115,11 +115,22 @@ struct {
 	__type(value, struct response_end);
 } lmw_response_ends SEC(".maps");
 
+/* count adds one to a per-CPU counter, the entry key of a counters map. */
+static __always_inline void count(void *counters, __u32 key)
+{
+	__u64 *v = bpf_map_lookup_elem(counters, &key);
+
+	if (v)
+		(*v)++;
+}
+
 #include "dispatch.h"
 #include "pair.h"
 #include "reply.h"
 #include "verdict.h"
 
-/* Referenced so that BTF keeps both enums for bpf2go -type. */
+/* Referenced so that BTF keeps the enums for bpf2go -type. */
 const volatile enum sock_mode lmw_btf_sock_mode = SOCK_PASS;
 const volatile enum frame_phase lmw_btf_frame_phase = FR_HEAD;
+const volatile enum dispatch_outcome lmw_btf_dispatch_outcome = DISPATCH_LOOKUPS;
+const volatile enum pair_outcome lmw_btf_pair_outcome = PAIR_PAIRED;

@@ -78,20 +78,26 @@ struct own_conn {
 	__u64 flags;  /* OWN_* */
 };
 
-/* pair_stats: per CPU, one entry; what sock_ops did with replica sockets. */
-struct pair_stats {
-	__u64 paired; /* a replica's socket joined lmw_replica_socks */
-	__u64 failed; /* it could not (no sk storage, SOCKHASH full) */
+/* lmw_pair_stats: per CPU, one counter per outcome of lmw_pair (the key,
+ * as for lmw_dispatch_stats). */
+enum pair_outcome {
+	PAIR_PAIRED = 0, /* a replica's socket joined lmw_replica_socks */
+	PAIR_FAILED,     /* it could not (no sk storage, SOCKHASH full) */
+	PAIR_OUTCOMES,
 };
 
-/* dispatch_stats: per CPU, one entry; what sk_lookup decided. */
-struct dispatch_stats {
-	__u64 lookups;        /* TCP connection attempts it saw */
-	__u64 own;            /* the warden's own connections, left alone */
-	__u64 misses;         /* no frontend at that {address, port} */
-	__u64 no_listener;    /* a frontend whose shim is gone: failed open */
-	__u64 assigned;       /* steered to the shim */
-	__u64 failed_assigns; /* bpf_sk_assign refused: failed open */
+/* lmw_dispatch_stats: per CPU, one counter per outcome of sk_lookup
+ * (the key). One map entry each, not fields of one struct: a field chosen
+ * at run time is pointer arithmetic the verifier allows only with
+ * CAP_PERFMON, and clang merges per-field increments into just that. */
+enum dispatch_outcome {
+	DISPATCH_LOOKUPS = 0,    /* TCP connection attempts it saw */
+	DISPATCH_OWN,            /* the warden's own connections, left alone */
+	DISPATCH_MISS,           /* no frontend at that {address, port} */
+	DISPATCH_NO_LISTENER,    /* a frontend whose shim is gone: failed open */
+	DISPATCH_ASSIGNED,       /* steered to the shim */
+	DISPATCH_FAILED_ASSIGN,  /* bpf_sk_assign refused: failed open */
+	DISPATCH_OUTCOMES,
 };
 
 /* session: value of the sessions map, keyed by the keyed 64-bit hash of the
@@ -205,6 +211,13 @@ struct sock_ctl {
 #define HALT_FRAMING 3 /* malformed body framing: the shim's parser fails it */
 #define HALT_PEER 4    /* the client socket left the map (closed) */
 #define HALT_HANDOFF 6 /* REPLY: CTL_HANDOFF before the first byte */
+#define HALT_TRAILING 7 /* REPLY: bytes after the response's end in the
+			 * message holding it (a replica that writes past its
+			 * answer): that message goes to the shim, which finishes
+			 * the response and sees the rest. (A redirect of part of a
+			 * message, bpf_msg_apply_bytes, would leave the program's
+			 * verdict applied to bytes it never sees: measured on 6.18,
+			 * the rerun over the rest keeps the redirect.) */
 
 /* What a REPLY head said (sock_state.head_flags). */
 #define HF_LENGTH 1  /* Content-Length */
@@ -221,7 +234,6 @@ struct reply_walk {
 	__u64 head_len;
 	__u32 off;        /* next byte of the message */
 	__u32 len;
-	__u32 ps, pe;     /* the message bytes [ps, pe) are readable at data */
 	__u32 ended;      /* the response's last byte is at off - 1 */
 	__u32 halt;       /* HALT_* */
 	__u32 no_body;
@@ -235,7 +247,6 @@ struct reply_walk {
 	__u32 fields;
 	__u32 status;
 	__u32 hflags;     /* HF_* */
-	__u32 pad;
 };
 
 /* sock_state: the kernel's own bookkeeping for one socket, keyed like its
@@ -250,6 +261,8 @@ struct sock_state {
 	__u64 head_len;   /* REPLY: bytes of the response head */
 	__u64 content_length; /* REPLY: its Content-Length (HF_LENGTH) */
 	__u64 first_ns;   /* REPLY: CLOCK_MONOTONIC of the gen's first byte carried */
+	__u64 end_at;     /* REPLY: stream offset one past the response's last
+			   * byte, once the kernel found it */
 	__u32 gen;        /* the sock_ctl gen these counters belong to */
 	__u32 armed;      /* the arm found no byte the shim had not read */
 	__u32 status;     /* REPLY: the response status */

@@ -23,15 +23,17 @@ type LmwardenConnKey struct {
 	Pad    uint16
 }
 
-type LmwardenDispatchStats struct {
-	_             structs.HostLayout
-	Lookups       uint64
-	Own           uint64
-	Misses        uint64
-	NoListener    uint64
-	Assigned      uint64
-	FailedAssigns uint64
-}
+type LmwardenDispatchOutcome uint32
+
+const (
+	LmwardenDispatchOutcomeDISPATCH_LOOKUPS       LmwardenDispatchOutcome = 0
+	LmwardenDispatchOutcomeDISPATCH_OWN           LmwardenDispatchOutcome = 1
+	LmwardenDispatchOutcomeDISPATCH_MISS          LmwardenDispatchOutcome = 2
+	LmwardenDispatchOutcomeDISPATCH_NO_LISTENER   LmwardenDispatchOutcome = 3
+	LmwardenDispatchOutcomeDISPATCH_ASSIGNED      LmwardenDispatchOutcome = 4
+	LmwardenDispatchOutcomeDISPATCH_FAILED_ASSIGN LmwardenDispatchOutcome = 5
+	LmwardenDispatchOutcomeDISPATCH_OUTCOMES      LmwardenDispatchOutcome = 6
+)
 
 type LmwardenFrame struct {
 	_         structs.HostLayout
@@ -84,11 +86,13 @@ type LmwardenOwnConn struct {
 	Flags  uint64
 }
 
-type LmwardenPairStats struct {
-	_      structs.HostLayout
-	Paired uint64
-	Failed uint64
-}
+type LmwardenPairOutcome uint32
+
+const (
+	LmwardenPairOutcomePAIR_PAIRED   LmwardenPairOutcome = 0
+	LmwardenPairOutcomePAIR_FAILED   LmwardenPairOutcome = 1
+	LmwardenPairOutcomePAIR_OUTCOMES LmwardenPairOutcome = 2
+)
 
 type LmwardenReplicaStats struct {
 	_           structs.HostLayout
@@ -147,6 +151,7 @@ type LmwardenSockState struct {
 	HeadLen       uint64
 	ContentLength uint64
 	FirstNs       uint64
+	EndAt         uint64
 	Gen           uint32
 	Armed         uint32
 	Status        uint32
@@ -162,8 +167,6 @@ type LmwardenSockState struct {
 		HeadLen uint64
 		Off     uint32
 		Len     uint32
-		Ps      uint32
-		Pe      uint32
 		Ended   uint32
 		Halt    uint32
 		NoBody  uint32
@@ -177,7 +180,7 @@ type LmwardenSockState struct {
 		Fields  uint32
 		Status  uint32
 		Hflags  uint32
-		Pad     uint32
+		_       [4]byte
 	}
 }
 
@@ -185,26 +188,28 @@ type LmwardenSockState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LmwardenMapLmwClientSocks   = "lmw_client_socks"
-	LmwardenMapLmwDispatchStats = "lmw_dispatch_stats"
-	LmwardenMapLmwFrontends     = "lmw_frontends"
-	LmwardenMapLmwListeners     = "lmw_listeners"
-	LmwardenMapLmwOwnConns      = "lmw_own_conns"
-	LmwardenMapLmwPairStats     = "lmw_pair_stats"
-	LmwardenMapLmwPaired        = "lmw_paired"
-	LmwardenMapLmwReplicaSocks  = "lmw_replica_socks"
-	LmwardenMapLmwResponseEnds  = "lmw_response_ends"
-	LmwardenMapLmwSessions      = "lmw_sessions"
-	LmwardenMapLmwSockCtls      = "lmw_sock_ctls"
-	LmwardenMapLmwSockStates    = "lmw_sock_states"
-	LmwardenMapLmwSocks         = "lmw_socks"
-	LmwardenMapLmwStats         = "lmw_stats"
-	LmwardenProgLmwDispatch     = "lmw_dispatch"
-	LmwardenProgLmwPair         = "lmw_pair"
-	LmwardenProgLmwReply        = "lmw_reply"
-	LmwardenProgLmwVerdict      = "lmw_verdict"
-	LmwardenVarLmwBtfFramePhase = "lmw_btf_frame_phase"
-	LmwardenVarLmwBtfSockMode   = "lmw_btf_sock_mode"
+	LmwardenMapLmwClientSocks        = "lmw_client_socks"
+	LmwardenMapLmwDispatchStats      = "lmw_dispatch_stats"
+	LmwardenMapLmwFrontends          = "lmw_frontends"
+	LmwardenMapLmwListeners          = "lmw_listeners"
+	LmwardenMapLmwOwnConns           = "lmw_own_conns"
+	LmwardenMapLmwPairStats          = "lmw_pair_stats"
+	LmwardenMapLmwPaired             = "lmw_paired"
+	LmwardenMapLmwReplicaSocks       = "lmw_replica_socks"
+	LmwardenMapLmwResponseEnds       = "lmw_response_ends"
+	LmwardenMapLmwSessions           = "lmw_sessions"
+	LmwardenMapLmwSockCtls           = "lmw_sock_ctls"
+	LmwardenMapLmwSockStates         = "lmw_sock_states"
+	LmwardenMapLmwSocks              = "lmw_socks"
+	LmwardenMapLmwStats              = "lmw_stats"
+	LmwardenProgLmwDispatch          = "lmw_dispatch"
+	LmwardenProgLmwPair              = "lmw_pair"
+	LmwardenProgLmwReply             = "lmw_reply"
+	LmwardenProgLmwVerdict           = "lmw_verdict"
+	LmwardenVarLmwBtfDispatchOutcome = "lmw_btf_dispatch_outcome"
+	LmwardenVarLmwBtfFramePhase      = "lmw_btf_frame_phase"
+	LmwardenVarLmwBtfPairOutcome     = "lmw_btf_pair_outcome"
+	LmwardenVarLmwBtfSockMode        = "lmw_btf_sock_mode"
 )
 
 // LoadLmwarden returns the embedded CollectionSpec for Lmwarden.
@@ -279,8 +284,10 @@ type LmwardenMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenVariableSpecs struct {
-	LmwBtfFramePhase *ebpf.VariableSpec `ebpf:"lmw_btf_frame_phase"`
-	LmwBtfSockMode   *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
+	LmwBtfDispatchOutcome *ebpf.VariableSpec `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase      *ebpf.VariableSpec `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome     *ebpf.VariableSpec `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode        *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenObjects contains all objects after they have been loaded into the kernel.
@@ -342,8 +349,10 @@ func (m *LmwardenMaps) Close() error {
 //
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenVariables struct {
-	LmwBtfFramePhase *ebpf.Variable `ebpf:"lmw_btf_frame_phase"`
-	LmwBtfSockMode   *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
+	LmwBtfDispatchOutcome *ebpf.Variable `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase      *ebpf.Variable `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome     *ebpf.Variable `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode        *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenPrograms contains all programs after they have been loaded into the kernel.

@@ -22,9 +22,8 @@ int lmw_pair(struct bpf_sock_ops *skops)
 {
 	struct conn_key k = {};
 	struct own_conn *own;
-	struct pair_stats *ps;
 	struct bpf_sock *sk;
-	__u32 zero = 0, i;
+	__u32 i;
 	__u64 cookie, *paired;
 
 	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
@@ -62,19 +61,16 @@ int lmw_pair(struct bpf_sock_ops *skops)
 	if (!own || !(own->flags & OWN_PAIR) || !sk)
 		return 1;
 	cookie = own->cookie;
-	ps = bpf_map_lookup_elem(&lmw_pair_stats, &zero);
 	/* The cookie first: from the map update on, lmw_reply runs on this
 	 * socket's sends (none yet: the replica has not accepted it). */
 	paired = bpf_sk_storage_get(&lmw_paired, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (paired)
 		*paired = cookie;
 	if (!paired || bpf_sock_hash_update(skops, &lmw_replica_socks, &cookie, BPF_ANY)) {
-		if (ps)
-			ps->failed++;
+		count(&lmw_pair_stats, PAIR_FAILED);
 		return 1;
 	}
-	if (ps)
-		ps->paired++;
+	count(&lmw_pair_stats, PAIR_PAIRED);
 	return 1;
 }
 

@@ -39,7 +39,6 @@
 #define FIELD_CHUNKED 2
 
 #define LMW_MAX_FIELDS 100 /* l7.MaxHeaderLines */
-#define LMW_PULL 256       /* bytes made readable at a time in a body */
 
 /* The walk's state is in the socket's sock_state (a map value), not on
  * the stack: the verifier then checks reply_step once for every state
@@ -51,35 +50,21 @@ struct reply_ctx {
 };
 
 
-/* reply_byte makes the message byte at w->off readable and returns it
- * (-1: it cannot). The head stays where the first pull put it, so that
- * the head parser can look back at a field name. */
+/* reply_byte makes the message byte at off readable and returns it (-1:
+ * it cannot). One byte at a time, at the start of what msg->data points
+ * to: a variable offset into the message is pointer arithmetic on a
+ * packet pointer, which the verifier allows only with CAP_PERFMON, and
+ * this program runs without it. A pull inside one scatterlist element
+ * only moves the pointers. */
 static __always_inline int reply_byte(struct reply_ctx *rc, __u32 off)
 {
-	struct reply_walk *w = rc->w;
-	void *data, *end;
-	__u8 *p;
-	__u32 idx;
+	__u8 *p, *end;
 
-	if (off < w->ps || off >= w->pe) {
-		__u32 to = off + LMW_PULL;
-
-		if (w->f.phase == FR_HEAD)
-			return -1; /* a head longer than its pull */
-		if (to > w->len)
-			to = w->len;
-		if (bpf_msg_pull_data(rc->msg, off, to, 0))
-			return -1;
-		w->ps = off;
-		w->pe = to;
-	}
-	idx = off - w->ps;
-	if (idx >= LMW_MAX_HEAD)
+	if (off >= rc->w->len || bpf_msg_pull_data(rc->msg, off, off + 1, 0))
 		return -1;
-	data = (void *)(long)rc->msg->data;
+	p = (void *)(long)rc->msg->data;
 	end = (void *)(long)rc->msg->data_end;
-	p = data + idx;
-	if ((void *)(p + 1) > end)
+	if ((void *)(p + 1) > (void *)end)
 		return -1;
 	return *p;
 }
@@ -325,6 +310,10 @@ static long reply_step(__u64 i, void *data)
 		w->ended = w->f.phase == FR_DONE;
 		return 0;
 	}
+	if (w->f.phase == FR_HEAD && w->off >= LMW_MAX_HEAD) {
+		w->halt = HALT_HEAD; /* a head longer than the kernel carries */
+		return 1;
+	}
 	c = reply_byte(rc, w->off);
 	if (c < 0) {
 		w->halt = w->f.phase == FR_HEAD ? HALT_HEAD : HALT_PULL;
@@ -402,13 +391,6 @@ int lmw_reply(struct sk_msg_md *msg)
 	w->len = len;
 	w->no_body = ctl->flags & CTL_NO_BODY;
 	rc.w = w;
-	if (w->f.phase == FR_HEAD) {
-		w->pe = len < LMW_MAX_HEAD ? len : LMW_MAX_HEAD;
-		if (bpf_msg_pull_data(msg, 0, w->pe, 0)) {
-			halt = HALT_PULL;
-			goto halt;
-		}
-	}
 	bpf_loop(len + 1, reply_step, &rc, 0);
 	halt = w->halt;
 	if (!halt && w->f.phase == FR_HEAD)
@@ -416,6 +398,12 @@ int lmw_reply(struct sk_msg_md *msg)
 	if (halt)
 		goto halt;
 	e = w->ended ? w->off : len;
+	if (w->ended)
+		st->end_at = o + e;
+	if (e < len) {
+		halt = HALT_TRAILING;
+		goto halt;
+	}
 	if (st->redirected + e > ctl->credit) {
 		halt = HALT_CREDIT;
 		goto halt;
@@ -424,8 +412,6 @@ int lmw_reply(struct sk_msg_md *msg)
 		halt = HALT_PEER;
 		goto halt;
 	}
-	if (e < len)
-		bpf_msg_apply_bytes(msg, e); /* the rest is run again: passed */
 	if (st->fr.phase == FR_HEAD) {
 		st->status = w->status;
 		st->head_len = w->head_len;
@@ -435,11 +421,11 @@ int lmw_reply(struct sk_msg_md *msg)
 	if (st->redirected == 0)
 		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
-	st->seen = o + e;
-	st->redirected += e;
-	st->carried += e;
+	st->seen = o + len;
+	st->redirected += len;
+	st->carried += len;
 	if (rs)
-		rs->bytes_kernel += e;
+		rs->bytes_kernel += len;
 	if (w->ended) {
 		struct response_end ev = {
 			.cookie = key,

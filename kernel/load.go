@@ -29,6 +29,11 @@ type Path struct {
 type Options struct {
 	Dir  string    // pinned state (maps.DefaultDir if empty)
 	Mode maps.Mode // maps.ModeMsg or maps.ModeSkb
+	// Cgroup is the cgroup v2 directory lmw_pair attaches to (ModeMsg):
+	// the hierarchy's root if empty, so that every replica on the host is
+	// seen; a replica outside it does not pair and its responses cross
+	// userspace (logged once per replica).
+	Cgroup string
 	// ConnectTimeout bounds each connect of the warden's own (3 s if 0).
 	ConnectTimeout time.Duration
 	Log            *slog.Logger
@@ -41,7 +46,7 @@ func Load(opts Options) (*Path, error) {
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 3 * time.Second
 	}
-	st, err := maps.Load(maps.Options{Dir: opts.Dir, Mode: opts.Mode})
+	st, err := maps.Load(maps.Options{Dir: opts.Dir, Mode: opts.Mode, Cgroup: opts.Cgroup})
 	if err != nil {
 		return nil, err
 	}

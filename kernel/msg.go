@@ -99,9 +99,9 @@ func (k *MsgPath) RelayRequestBody(x *l7.Exchange) error {
 	if err != nil {
 		return err
 	}
-	before := x.BodyBytesUp
 	err = k.user.RelayRequestBody(x)
-	uc.up.Add(uint64(x.BodyBytesUp - before))
+	// All of it crossed userspace, the part sent with the head included.
+	uc.up.Add(uint64(x.BodyBytesUp))
 	return err
 }
 

@@ -88,8 +88,53 @@ func TestFullAdmissionQueueGets503WithRetryAfter(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+	// Retry-After says when the queue moves at the latest: the oldest
+	// waiter is placed within the minute's timeout.
+	if after, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || after < 1 || after > 60 {
+		t.Fatalf("Retry-After %q, want the seconds left of the oldest wait (1-60)", resp.Header.Get("Retry-After"))
+	}
 	first.Close()
 	waitParked(t, m, 0)
+}
+
+func TestClientLeavingWhileParkedGivesItsPlaceToTheNext(t *testing.T) {
+	// One replica with room for one session, held by a request in flight.
+	// Two clients wait, the first leaves: the queue holds only the second at
+	// once, and when the room frees the second is served, not the first.
+	sv := mustSim(t, 1, sim.ShapePorts)
+	mc := modelConfig(sv.URLs()[0])
+	mc.Policy = agent.PolicyCost
+	m := mustModel(t, mc)
+	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now())
+	holder, err := m.Place(agent.Request{SessionID: "holder", PromptBytes: 11_000, Now: time.Now()}) // 2,750 tokens of 3,000
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := mustShim(t, m, Options{})
+	first := mustDial(t, addr)
+	first.send(t, messagesRequest("first", []string{"hello"}, ""))
+	waitParked(t, m, 1)
+	second := mustDial(t, addr)
+	second.send(t, messagesRequest("second", []string{"hello"}, ""))
+	waitParked(t, m, 2)
+	first.Close()
+	waitParked(t, m, 1)
+	m.Done(holder, time.Now())
+	// the holder's room frees when its liveness lapses, at a poll
+	testutil.Eventually(t, 30*time.Second, "the second waiter granted", func() bool {
+		m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now().Add(time.Minute))
+		return m.AdmissionStats().Parked == 0
+	})
+	resp, body := second.response(t)
+	if resp.StatusCode != 200 {
+		t.Fatalf("second waiter: status %d body %q", resp.StatusCode, body)
+	}
+	if n := requestsDone(sv, 1)[0]; n != 1 {
+		t.Fatalf("the replica served %d requests, want only the second waiter's", n)
+	}
 }
 
 func TestHalfClosedClientStaysParkedAndIsAnswered(t *testing.T) {

@@ -40,7 +40,10 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		parked = time.Since(start)
 	}
 	if err != nil {
-		if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
+		var full *agent.AdmissionFullError
+		if errors.As(err, &full) {
+			s.rejectRetry(client, h, full.RetryAfter)
+		} else if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
 			s.reject(client, 503, h)
 		} else {
 			s.log.Warn("placement failed", "err", err)
@@ -178,7 +181,8 @@ type bodyArrival interface{ BodyArrived(*agent.Placement) }
 const parkedPoll = 50 * time.Millisecond
 
 // awaitAdmission waits while admission parks the request: until a replica
-// has room, the model's admission timeout passes, or the client leaves
+// has room, the wait's deadline (the admission timeout) passes, or the
+// client leaves
 // (errClientGone: the request is cancelled, nothing is answered). Nothing
 // is read from the client meanwhile (its body stays in the socket, and
 // with a peeked head so does the head); its leaving shows in the socket's
@@ -188,7 +192,7 @@ const parkedPoll = 50 * time.Millisecond
 // a reset; an HTTP/1.0 one is found out when its answer is written.
 func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Placement, error) {
 	s.stats.parked.Add(1)
-	timer := time.NewTimer(s.placer.Admission().Timeout)
+	timer := time.NewTimer(time.Until(w.Deadline))
 	defer timer.Stop()
 	tick := time.NewTicker(parkedPoll)
 	defer tick.Stop()
@@ -205,7 +209,7 @@ func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Place
 			if !peerGone(client, true) {
 				continue
 			}
-			s.placer.Cancel(w)
+			s.placer.Abandon(w, time.Now()) // its place goes to the next waiter at once
 			return agent.Placement{}, errClientGone
 		}
 		return s.placer.Claim(w, time.Now())
@@ -623,11 +627,23 @@ func readable(c *Conn) bool {
 // unread data does not reset the connection before the answer is read.
 // h is the request answered, nil when its head could not be read; the
 // answer to a HEAD request has no body.
-func (s *Shim) reject(c *Conn, status int, h *Head) { s.rejectWhy(c, status, h, "") }
+func (s *Shim) reject(c *Conn, status int, h *Head) {
+	s.rejectAnswer(c, status, h, "", s.opts.RetryAfter)
+}
 
 // rejectWhy is reject with a reason for the client: the body is the API's
 // error JSON on an API path (apierror.go), else plain text.
 func (s *Shim) rejectWhy(c *Conn, status int, h *Head, why string) {
+	s.rejectAnswer(c, status, h, why, s.opts.RetryAfter)
+}
+
+// rejectRetry answers 503 with the Retry-After admission suggests.
+func (s *Shim) rejectRetry(c *Conn, h *Head, after time.Duration) {
+	s.rejectAnswer(c, 503, h, "", after)
+}
+
+// rejectAnswer is reject with a reason and the Retry-After of a 503.
+func (s *Shim) rejectAnswer(c *Conn, status int, h *Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
 	if o, ok := s.placer.(answeredObserver); ok {
 		o.ObserveAnswered(status, time.Now())
@@ -650,7 +666,7 @@ func (s *Shim) rejectWhy(c *Conn, status int, h *Head, why string) {
 	b = appendHeader(b, "Content-Type", ctype)
 	b = append(b, "Connection: close\r\n"...)
 	if status == 503 {
-		b = appendHeader(b, "Retry-After", strconv.Itoa(int(max(1, s.opts.RetryAfter/time.Second))))
+		b = appendHeader(b, "Retry-After", strconv.Itoa(int(max(1, after/time.Second))))
 	}
 	b = appendHeader(b, "Content-Length", strconv.Itoa(len(body)))
 	b = append(b, "\r\n"...)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -214,16 +215,11 @@ func readRequestHead(c net.Conn) (*Head, []byte, error) {
 	return ReadHead(c, nil)
 }
 
-// deadURL is a loopback address where nothing listens.
+// deadURL is a loopback address where a connect is refused for the whole
+// test (each call another one: a model refuses duplicate replicas).
 func deadURL(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return "http://" + testnet.RefusingAddr(tb)
 }
 
 // engineFirstTokens reads a one-endpoint replica's /metrics and returns,

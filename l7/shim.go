@@ -18,15 +18,14 @@ import (
 
 // Placer is what the shim needs from the control plane: *agent.Model.
 // Admit places a request at once or parks it (cache-capacity admission);
-// a parked one is placed by Claim or dropped by Cancel. Every placement
+// a parked one is placed by Claim or dropped by Abandon. Every placement
 // ends with exactly one Done, unless a Retry failed (it released it).
 type Placer interface {
 	Name() string
 	SessionHeaders() []string
 	Admit(agent.Request) (agent.Placement, *agent.Wait, error)
-	Admission() agent.AdmissionConfig
 	Claim(*agent.Wait, time.Time) (agent.Placement, error)
-	Cancel(*agent.Wait)
+	Abandon(*agent.Wait, time.Time)
 	Retry(agent.Placement, time.Time) (agent.Placement, error)
 	Done(agent.Placement, time.Time)
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/bpf"
 )
 
 // OwnConnKey is the lmw_own_conns key of a connection from src (the
@@ -60,20 +62,35 @@ func (s *State) OwnConns() (int, error) {
 	return n, it.Err()
 }
 
-// DispatchStats sums the sk_lookup program's per-CPU counters.
+// DispatchStats are the sk_lookup program's counters, summed over CPUs.
+type DispatchStats struct {
+	Lookups       uint64 // TCP connection attempts it saw
+	Own           uint64 // the warden's own connections, left alone
+	Misses        uint64 // no frontend at that {address, port}
+	NoListener    uint64 // a frontend whose shim is gone: failed open
+	Assigned      uint64 // steered to the shim
+	FailedAssigns uint64 // bpf_sk_assign refused: failed open
+}
+
+// DispatchStats reads lmw_dispatch_stats.
 func (s *State) DispatchStats() (DispatchStats, error) {
-	var per []DispatchStats
-	var sum DispatchStats
-	if err := s.objs.LmwDispatchStats.Lookup(uint32(0), &per); err != nil {
-		return sum, err
+	var c [bpf.LmwardenDispatchOutcomeDISPATCH_OUTCOMES]uint64
+	if err := sumCounters(s.objs.LmwDispatchStats, c[:]); err != nil {
+		return DispatchStats{}, err
 	}
-	for _, p := range per {
-		sum.Lookups += p.Lookups
-		sum.Own += p.Own
-		sum.Misses += p.Misses
-		sum.NoListener += p.NoListener
-		sum.Assigned += p.Assigned
-		sum.FailedAssigns += p.FailedAssigns
+	return DispatchStats{Lookups: c[0], Own: c[1], Misses: c[2], NoListener: c[3], Assigned: c[4], FailedAssigns: c[5]}, nil
+}
+
+// sumCounters reads a per-CPU array of counters, one per key, into out.
+func sumCounters(m *ebpf.Map, out []uint64) error {
+	for k := range out {
+		var per []uint64
+		if err := m.Lookup(uint32(k), &per); err != nil {
+			return err
+		}
+		for _, v := range per {
+			out[k] += v
+		}
 	}
-	return sum, nil
+	return nil
 }

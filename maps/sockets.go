@@ -7,6 +7,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/bpf"
 )
 
 // Cookie returns the kernel's socket cookie of c, the key of the socket
@@ -184,18 +186,19 @@ func (s *State) NewSocketState(cookie, seen uint64) error {
 	return s.objs.LmwSockStates.Update(cookie, &st, ebpf.UpdateAny)
 }
 
-// PairStats sums lmw_pair's per-CPU counters.
+// PairStats are lmw_pair's counters, summed over CPUs.
+type PairStats struct {
+	Paired uint64 // a replica's socket joined lmw_replica_socks
+	Failed uint64 // it could not (no sk storage, SOCKHASH full)
+}
+
+// PairStats reads lmw_pair_stats.
 func (s *State) PairStats() (PairStats, error) {
-	var per []PairStats
-	var sum PairStats
-	if err := s.objs.LmwPairStats.Lookup(uint32(0), &per); err != nil {
-		return sum, err
+	var c [bpf.LmwardenPairOutcomePAIR_OUTCOMES]uint64
+	if err := sumCounters(s.objs.LmwPairStats, c[:]); err != nil {
+		return PairStats{}, err
 	}
-	for _, p := range per {
-		sum.Paired += p.Paired
-		sum.Failed += p.Failed
-	}
-	return sum, nil
+	return PairStats{Paired: c[0], Failed: c[1]}, nil
 }
 
 // SocketInMap reports whether cookie is in the SOCKHASH.

@@ -14,8 +14,6 @@ type (
 	FrontendValue = bpf.LmwardenFrontendValue
 	ConnKey       = bpf.LmwardenConnKey
 	OwnConn       = bpf.LmwardenOwnConn
-	DispatchStats = bpf.LmwardenDispatchStats
-	PairStats     = bpf.LmwardenPairStats
 )
 
 // Socket modes (enum sock_mode).
@@ -54,6 +52,7 @@ const (
 	HaltPeer        = 4  // HALT_PEER
 	HaltPull        = 5  // HALT_PULL
 	HaltHandoff     = 6  // HALT_HANDOFF
+	HaltTrailing    = 7  // HALT_TRAILING
 	HeadLength      = 1  // HF_LENGTH
 	HeadChunked     = 2  // HF_CHUNKED
 	MaxHead         = 4096

@@ -4,7 +4,8 @@
 # machine that already has everything.
 #   - Debian packages: bpftool (map inspection in BPF tests), chromium (the
 #     dashboard's browser test), prometheus (promtool and the server: the
-#     alert rules and the Grafana dashboard in deploy/), iproute2.
+#     alert rules and the Grafana dashboard in deploy/), iproute2, haproxy
+#     (the front tier over several hosts, deploy/haproxy).
 #   - npm packages: the official clients (@anthropic-ai/sdk, openai) that the
 #     client-compatibility tests run unmodified, and the Claude Code CLI
 #     (@anthropic-ai/claude-code, a pinned version: its native binary comes
@@ -18,6 +19,8 @@ need=()
 command -v bpftool >/dev/null 2>&1 || need+=(bpftool)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# HAProxy as the front tier over several hosts (deploy/haproxy's test).
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v curl >/dev/null 2>&1 || need+=(curl) # docs/deploy.md's commands, run by its test
 # promtool (alert rules) and the Prometheus server (the Grafana dashboard's
 # queries against real scrapes) come in one Debian package.

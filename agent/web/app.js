@@ -17,6 +17,8 @@
     int: (v) => (v == null || !isFinite(v) ? '–' : nf.format(Math.round(v))),
     // share in 0..1 shown as a percentage with one decimal
     pct: (v) => (v == null || !isFinite(v) ? '–' : nf1.format(v * 100) + '%'),
+    // tokens in thousands: 23.1k
+    ktok: (v) => (v == null || !isFinite(v) ? '–' : nf1.format(v / 1000) + 'k'),
     // tokens a second: one decimal below 10 so that a trickle is not "0"
     rate: (v) => (v == null || !isFinite(v) ? '–' : v > 0 && v < 10 ? nf1.format(v) : nf.format(Math.round(v))),
     // a duration in seconds: 850 ms, 12.3 s, 4 min 10 s, 2 h 05 min
@@ -79,7 +81,12 @@
           inFlight: num(m.in_flight),
           frontend: m.frontend || '',
           policy: m.effective_policy || m.policy || '',
-          admission: m.cost ? { mode: m.cost.admission || 'off', parked: num(m.cost.parked) } : null,
+          admission: m.cost ? {
+            mode: m.cost.admission || 'off', parked: num(m.cost.parked),
+            engaged: !!(m.cost.admission_state && m.cost.admission_state.engaged),
+            oldestWait: m.cost.admission_state ? num(m.cost.admission_state.oldest_wait_s) : null,
+            waitP95: m.cost.admission_state ? num(m.cost.admission_state.wait_p95_s) : null,
+          } : null,
           answered: m.answered || {},
           sessions: num(m.sessions),
           replicas: (m.replicas || []).map((r, i) => ({
@@ -98,6 +105,9 @@
             hitRate: observed(r) && r.prefix_hit_rate_known !== false ? num(r.prefix_hit_rate) : null,
             healthy: r.healthy === true,
             responses: r.responses || {},
+            // policy cost: the live sessions' context against what they may hold
+            live: r.cost ? num(r.cost.live_tokens) : null,
+            budget: r.cost ? num(r.cost.live_budget_tokens) : null,
           })),
         };
       }),
@@ -212,12 +222,13 @@
     ['waiting', 'Waiting', 'vLLM: vllm:num_requests_waiting', 'int'],
     ['kv_used', 'KV used', 'vLLM: vllm:kv_cache_usage_perc', 'pct'],
     ['prefix_hit_rate', 'Prefix hit rate', 'vLLM: delta of prefix-cache hits over delta of queries, recent window', 'pct'],
+    ['live_context', 'Live context', 'Policy cost: context of the sessions live here (shared prefix once) / what admission lets them hold (fill × KV capacity), tokens', 'live'],
     ['healthy', 'Healthy', 'Answering /health and /metrics'],
   ];
   const FIELD_VALUE = {
     in_flight: (r) => r.inFlight, requests: (r) => r.requests, sessions: (r) => r.sessions, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
     client_pinned: (r) => r.clientPinned, running: (r) => r.running, waiting: (r) => r.waiting,
-    kv_used: (r) => r.kvUsed, prefix_hit_rate: (r) => r.hitRate,
+    kv_used: (r) => r.kvUsed, prefix_hit_rate: (r) => r.hitRate, live_context: (r) => r.live,
   };
 
   const modelCards = new Map(); // name -> {root, pills, sw, tbody, rows}
@@ -271,11 +282,19 @@
     card.pills.policy.dataset.value = m.policy;
     card.pills.admission.hidden = !m.admission;
     if (m.admission) {
-      const q = m.admission.mode === 'queue';
-      setText(card.pills.admission, 'Admission ' + m.admission.mode + (q ? ' · ' + fmt.int(m.admission.parked) + ' parked' : ''));
-      card.pills.admission.dataset.value = m.admission.mode;
-      card.pills.admission.dataset.parked = String(m.admission.parked ?? '');
-      card.pills.admission.classList.toggle('off', q && m.admission.parked > 0);
+      const a = m.admission;
+      let text = 'Admission ' + a.mode;
+      if (a.engaged) {
+        text += ' · engaged · ' + fmt.int(a.parked) + ' parked';
+        if (a.parked > 0) text += ' · oldest ' + fmt.dur(a.oldestWait);
+        if (a.waitP95 != null) text += ' · wait p95 ' + fmt.dur(a.waitP95);
+      }
+      setText(card.pills.admission, text);
+      card.pills.admission.dataset.value = a.mode;
+      card.pills.admission.dataset.engaged = String(a.engaged);
+      card.pills.admission.dataset.parked = String(a.parked ?? '');
+      card.pills.admission.dataset.oldestWait = String(a.oldestWait ?? '');
+      card.pills.admission.classList.toggle('off', a.engaged && a.parked > 0);
     }
     renderErrors(card.errors, m);
     if (!card.sw.disabled) card.sw.setAttribute('aria-checked', String(m.affinity));
@@ -306,6 +325,10 @@
         cells.replica.title = r.addr;
       }
       for (const [field, , , kind] of COLUMNS) {
+        if (field === 'live_context') {
+          setCell(cells.live_context, r.live, r.live == null ? '–' : fmt.ktok(r.live) + ' / ' + fmt.ktok(r.budget));
+          continue;
+        }
         if (field === 'healthy') {
           setCell(cells.healthy, r.healthy, r.healthy ? '✓ yes' : '✗ no');
           cells.healthy.className = r.healthy ? 'ok' : 'down';
@@ -590,17 +613,7 @@
     }
     const n = points.length, bw = n ? pw / n : pw;
     const x = (i) => L + (i + 0.5) * bw;
-    if (n) {
-      const t0 = new Date(points[0].t).getTime() / 1000, span = n * stepSec, every = timeTick(span);
-      for (let ts = Math.ceil(t0 / every) * every; ts <= t0 + span; ts += every) {
-        const xx = L + ((ts - t0) / span) * pw;
-        root.append(svg('line', { class: 'grid', x1: xx, x2: xx, y1: T + ph, y2: T + ph + 4 }));
-        const anchor = xx > W - R - 28 ? 'end' : xx < L + 28 ? 'start' : 'middle';
-        const t = svg('text', { class: 'axis', x: xx, y: H - 6, 'text-anchor': anchor });
-        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
-        root.append(t);
-      }
-    }
+    timeAxis(root, points, stepSec, { W, H, L, R, T, ph });
     errs.forEach((e, i) => {
       if (!(e > 0)) return;
       const h = (e / emax) * ph;
@@ -689,6 +702,24 @@
     return 3600;
   }
 
+  // timeAxis draws the time labels under a chart of one slot a point
+  // (frame: the chart's size, margins and plot height).
+  function timeAxis(root, points, stepSec, { W, H, L, R, T, ph }) {
+    const n = points.length;
+    if (!n) return;
+    const pw = W - L - R;
+    const t0 = new Date(points[0].t).getTime() / 1000, span = n * stepSec, every = timeTick(span);
+    for (let ts = Math.ceil(t0 / every) * every; ts <= t0 + span; ts += every) {
+      const x = L + ((ts - t0) / span) * pw;
+      root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
+      // keep the labels at the ends inside the picture
+      const anchor = x > W - R - 28 ? 'end' : x < L + 28 ? 'start' : 'middle';
+      const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': anchor });
+      t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
+      root.append(t);
+    }
+  }
+
   // drawBars renders stacked bars as inline SVG. series: [{key, value(p), fill}],
   // bottom first. Only slots with traffic get a bar group (data-bar).
   function drawBars(holder, points, stepSec, series, unit) {
@@ -722,21 +753,7 @@
     const n = points.length;
     const bw = n ? pw / n : pw;
     const gap = bw >= 4 ? 1 : 0;
-    if (n) {
-      const t0 = new Date(points[0].t).getTime() / 1000;
-      const span = n * stepSec;
-      const every = timeTick(span);
-      const first = Math.ceil(t0 / every) * every;
-      for (let ts = first; ts <= t0 + span; ts += every) {
-        const x = L + ((ts - t0) / span) * pw;
-        root.append(svg('line', { class: 'grid', x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }));
-        // keep the labels at the ends inside the picture
-        const anchor = x > W - R - 28 ? 'end' : x < L + 28 ? 'start' : 'middle';
-        const t = svg('text', { class: 'axis', x, y: H - 6, 'text-anchor': anchor });
-        t.textContent = fmt.clock(new Date(ts * 1000), every < 60);
-        root.append(t);
-      }
-    }
+    timeAxis(root, points, stepSec, { W, H, L, R, T, ph });
 
     let bars = 0;
     points.forEach((p, i) => {

@@ -51,7 +51,7 @@ type benchFlags struct {
 	trace                                bool
 	admission                            string
 	admissionTimeout                     time.Duration
-	admissionFill                        float64
+	admissionFill, admissionQuantum      float64
 	workload                             string
 	arrivals                             string
 	maxContext                           int
@@ -82,9 +82,10 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
-	fs.StringVar(&f.admission, "admission", "", "--virtual, policy cost: cache-capacity admission off, spill or queue (default: the model's, spill)")
-	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual, --admission queue: longest wait at the warden (simulated)")
-	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual, --admission: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
+	fs.StringVar(&f.admission, "admission", string(agent.DefaultAdmission.Mode), "--virtual, policy cost: cache-capacity admission auto (waits at the warden only while the live context exceeds the caches), queue (always), spill (nobody waits) or off")
+	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
+	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
+	fs.Float64Var(&f.admissionQuantum, "admission-quantum", agent.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")
 	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4) or long (heavy-tailed turns with tool results, compacting near the model's context)")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
@@ -177,12 +178,16 @@ func runBench(args []string) error {
 		if f.replicas < 1 {
 			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
 		}
+		admission, err := admissionFor(f.admission, f.admissionTimeout, f.admissionFill, f.admissionQuantum)
+		if err != nil {
+			return err
+		}
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
 			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms,
 			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
 			PollInterval: f.pollInterval,
 			Trace:        traceFor(f.trace, &tr),
-			Admission:    admissionFor(f.admission, f.admissionTimeout, f.admissionFill),
+			Admission:    admission,
 			Workload:     shape,
 			MaxContext:   f.maxContext,
 		})
@@ -196,6 +201,11 @@ func runBench(args []string) error {
 		for _, name := range overrideFlags {
 			if set[name] {
 				return fmt.Errorf("--%s is for --virtual runs (a real replica has its own): %w", name, errUsage)
+			}
+		}
+		for _, name := range []string{"admission", "admission-timeout", "admission-fill", "admission-quantum"} {
+			if set[name] {
+				return fmt.Errorf("--%s is for --virtual runs (a real warden has its own, in its config): %w", name, errUsage)
 			}
 		}
 		if f.api != bench.APIAnthropic && f.api != bench.APIOpenAI {

@@ -116,19 +116,54 @@ func printStatus(out io.Writer, models []agent.ModelStatus) {
 			m.Effective, spill, share(m), m.InFlight, m.Sessions, m.Unaffined, m.InvalidPins)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "MODEL\tREPLICA\tURL\tHEALTHY\tIN-FLIGHT\tSESSIONS\tSTICKY\tSPILLED-IN\tCLIENT-PINNED\tRUNNING\tWAITING\tKV-USED\tHIT-RATE")
+	fmt.Fprintln(tw, "MODEL\tREPLICA\tURL\tHEALTHY\tIN-FLIGHT\tSESSIONS\tSTICKY\tSPILLED-IN\tCLIENT-PINNED\tRUNNING\tWAITING\tKV-USED\tHIT-RATE\tLIVE/BUDGET")
 	for _, m := range models {
 		for _, r := range m.Replicas {
 			hit := "-"
 			if r.HitRateKnown {
 				hit = fmt.Sprintf("%.1f%%", 100*r.PrefixHitRate)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%g\t%g\t%.1f%%\t%s\n", m.Name, r.Index, r.URL,
+			live := "-"
+			if r.Cost != nil {
+				live = fmt.Sprintf("%s/%s", kTokens(r.Cost.Live), kTokens(r.Cost.Budget))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%g\t%g\t%.1f%%\t%s\t%s\n", m.Name, r.Index, r.URL,
 				yesNo(r.Healthy), r.InFlight, r.Sessions, r.Sticky, r.SpilledIn, r.ClientPinned,
-				r.Running, r.Waiting, 100*r.KVUsed, hit)
+				r.Running, r.Waiting, 100*r.KVUsed, hit, live)
 		}
 	}
+	printAdmission(tw, models)
 	tw.Flush()
+}
+
+// printAdmission adds a table of cache-capacity admission for the models
+// on policy cost: whether requests wait now, the live load, the parked
+// requests and their waits.
+func printAdmission(tw io.Writer, models []agent.ModelStatus) {
+	header := false
+	for _, m := range models {
+		if m.Cost == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "MODEL\tADMISSION\tENGAGED\tLIVE-LOAD\tPARKED\tOLDEST-WAIT\tWAIT-P50\tWAIT-P95\tMAX-WAIT\tTIMEOUT\tTIMED-OUT\tREJECTED\tYIELDS")
+			header = true
+		}
+		a := m.Cost.AdmissionState
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%d\t%.1fs\t%s\t%s\t%s\t%gs\t%d\t%d\t%d\n", m.Name, m.Cost.Admission, yesNo(a.Engaged),
+			a.LiveLoad, m.Cost.Parked, a.OldestWait, seconds(a.WaitP50), seconds(a.WaitP95), seconds(a.MaxWait), a.Timeout,
+			a.TimedOut, a.Rejected, a.Yields)
+	}
+}
+
+func kTokens(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
+
+func seconds(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fs", *v)
 }
 
 func share(m agent.ModelStatus) string {

@@ -92,3 +92,26 @@ func TestStatusReportsUnreachableAdmin(t *testing.T) {
 		t.Errorf("extra argument: %v", err)
 	}
 }
+
+func TestStatusShowsAdmissionForPolicyCost(t *testing.T) {
+	w := mustAdminWarden(t)
+	m := w.Models()[0]
+	if err := m.SetPolicy(agent.PolicyCost); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runStatus([]string{"--admin", w.AdminAddr()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"LIVE/BUDGET", "ADMISSION", "ENGAGED", "LIVE-LOAD", "OLDEST-WAIT", "WAIT-P95", "auto", "60s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status output lacks %q:\n%s", want, text)
+		}
+	}
+	// each replica's live context over its budget: the sim's 39,088
+	// tokens, or the 32,000-token prior before the first poll
+	if !strings.Contains(text, "k/39.1k") && !strings.Contains(text, "k/32.0k") {
+		t.Errorf("no live/budget per replica:\n%s", text)
+	}
+}

@@ -5,6 +5,7 @@ package mapstest
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"os/exec"
 	"regexp"
@@ -42,11 +43,17 @@ const netnsEnv = "LMWARDEN_TEST_NETNS"
 // loopback up: the parent re-executes the test binary for this one test
 // under CLONE_NEWNET (so every thread, not just one, is inside) and returns
 // false; the child returns true and runs the body. Child processes the body
-// starts share its namespace.
-func InNetNS(t *testing.T) bool {
+// starts share its namespace. A fuzz target's seed corpus runs the same
+// way; a fuzzing run (-test.fuzz) runs where it is started: start it in a
+// namespace of its own (unshare -n).
+func InNetNS(t testing.TB) bool {
 	t.Helper()
 	RequireBPF(t)
-	if os.Getenv(netnsEnv) == t.Name() {
+	fuzzing := false
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		fuzzing = true
+	}
+	if fuzzing || os.Getenv(netnsEnv) == t.Name() {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,109 @@
+package picker
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lmwarden/lmwarden/agent"
+)
+
+// The picker's admin API (HTTP; docs/multihost.md). The model endpoints
+// answer in the warden's shapes, with the hosts as the replicas, so
+// `lmwarden status --admin` and `lmwarden sessions --admin` read a picker
+// as they read a warden.
+//
+//	GET /api/v1/hosts      every host: endpoint, admin URL, health, what its warden last said
+//	GET /api/v1/models     the Model over the hosts (agent.ModelsResponse)
+//	GET /api/v1/sessions   the conversations and the host each is on (keyed hashes only)
+//	GET /healthz           200 while the process serves
+//	GET /readyz            200 while at least one host takes placements, else 503 and why
+//	GET /metrics           Prometheus: lmwarden_picker_*, go_*, process_*
+
+// HostsResponse is the body of GET /api/v1/hosts.
+type HostsResponse struct {
+	Ready bool         `json:"ready"`
+	Hosts []HostStatus `json:"hosts"`
+}
+
+// ReadyResponse is the body of GET /readyz.
+type ReadyResponse struct {
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"`
+	Hosts   int      `json:"hosts"`
+	Healthy int      `json:"healthy_hosts"`
+}
+
+// adminHandler serves the admin API of reg; serving says whether the
+// picker's gRPC listener accepts streams (false while it starts or stops).
+func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/hosts", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, HostsResponse{Ready: reg.Ready(), Hosts: reg.Hosts()})
+	})
+	mux.HandleFunc("GET /api/v1/models", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, agent.ModelsResponse{Models: []agent.ModelStatus{reg.Model().Status()}})
+	})
+	mux.HandleFunc("GET /api/v1/models/{name}", func(rw http.ResponseWriter, r *http.Request) {
+		m := reg.Model()
+		if r.PathValue("name") != m.Name() {
+			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", agent.ErrUnknownModel, r.PathValue("name"))})
+			return
+		}
+		writeJSON(rw, http.StatusOK, m.Status())
+	})
+	mux.HandleFunc("GET /api/v1/sessions", func(rw http.ResponseWriter, r *http.Request) {
+		limit := agent.DefaultSessionsLimit
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit %q: want a number >= 0", v)})
+				return
+			}
+			limit = n
+		}
+		m := reg.Model()
+		writeJSON(rw, http.StatusOK, agent.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
+	})
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		hosts := reg.Hosts()
+		rr := ReadyResponse{Ready: true, Hosts: len(hosts)}
+		for _, h := range hosts {
+			if h.Healthy {
+				rr.Healthy++
+			}
+		}
+		if !serving() {
+			rr.Ready = false
+			rr.Reasons = append(rr.Reasons, "the ext_proc listener is not serving (starting or shutting down)")
+		}
+		if rr.Healthy == 0 {
+			rr.Ready = false
+			rr.Reasons = append(rr.Reasons, fmt.Sprintf("none of %d hosts takes placements (their wardens' admin API: GET /readyz and /api/v1/models)", len(hosts)))
+		}
+		code := http.StatusOK
+		if !rr.Ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(rw, code, rr)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(rw http.ResponseWriter, code int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.WriteHeader(code)
+	enc := json.NewEncoder(rw)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
