@@ -19,12 +19,21 @@ const bodyTimeout = 2 * time.Second
 // hostileExtra is the daemon configuration of the hostile-neighbour tests.
 var hostileExtra = fmt.Sprintf("body_timeout: %v\n", bodyTimeout)
 
+// TestBodiesThatNeverArrive, on every datapath: a body announced and not
+// sent gets 408 within the body deadline, a request line of HTTP/0.9 400
+// at once.
 func TestBodiesThatNeverArrive(t *testing.T) {
+	for _, dp := range datapaths {
+		t.Run(dp, func(t *testing.T) { bodiesThatNeverArrive(t, dp) })
+	}
+}
+
+func bodiesThatNeverArrive(t *testing.T, dp string) {
 	if !inNetNS(t) {
 		return
 	}
 	startReplicas(t, 4, replicaOpts{})
-	w := startWarden(t, wardenOpts{Extra: hostileExtra})
+	w := startWarden(t, wardenOpts{Extra: hostileExtra, Datapath: dp})
 	cases := []struct {
 		name, send string
 		want       int
@@ -54,12 +63,20 @@ func TestBodiesThatNeverArrive(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "nothing in flight", func() bool { return w.models(t)[0].InFlight == 0 })
 }
 
+// TestTricklingBodyMeetsItsDeadline, on every datapath: a body that
+// trickles in, a byte at a time, still ends at the body deadline.
 func TestTricklingBodyMeetsItsDeadline(t *testing.T) {
+	for _, dp := range datapaths {
+		t.Run(dp, func(t *testing.T) { tricklingBody(t, dp) })
+	}
+}
+
+func tricklingBody(t *testing.T, dp string) {
 	if !inNetNS(t) {
 		return
 	}
 	startReplicas(t, 4, replicaOpts{})
-	startWarden(t, wardenOpts{Extra: hostileExtra})
+	startWarden(t, wardenOpts{Extra: hostileExtra, Datapath: dp})
 	c := dialFrom(t, "")
 	c.send(t, postHead(1000))
 	start := time.Now()

@@ -47,6 +47,9 @@ type Exchange struct {
 	// responseBegan: the client has had the response head (the shim wrote
 	// it, or the kernel carried it): an error from here on cuts a stream.
 	responseBegan bool
+	// headCarried: the kernel carried the response head to the client as
+	// the replica wrote it (the shim added nothing to it).
+	headCarried bool
 	// respFrame is where the shim's chunked parser stands in the response
 	// body it relays (respFrameValid: it relays one).
 	respFrame      ChunkedBody

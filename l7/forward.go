@@ -116,6 +116,12 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		lingerClose(client)
 		return false
 	}
+	if x.headCarried {
+		// The client has the replica's head as it was, without the
+		// Connection: close a drain that began meanwhile would have
+		// added: it may send its next request, which the drain answers.
+		return h.KeepAlive && x.Response.Framing != FramingClose
+	}
 	return s.clientKeepAlive(h, x.Response)
 }
 
@@ -367,7 +373,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		resp.Reusable = false // the rest of the request never went there
 	}
 	if carried {
-		x.responseBegan = true
+		x.responseBegan, x.headCarried = true, true
 		// The kernel sent the first byte; the datapath says when.
 		x.headAt = x.FirstByteAt
 		if x.headAt.IsZero() {

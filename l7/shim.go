@@ -308,19 +308,31 @@ func (s *Shim) setIdle(c *Conn, idle bool, wait time.Time) (drain time.Time) {
 	if !idle {
 		return time.Time{}
 	}
-	if s.closing.Load() && s.drainBy.Before(wait) {
-		wait, drain = s.drainBy, s.drainBy
+	if by := s.drainDeadline(); s.closing.Load() && by.Before(wait) {
+		wait, drain = by, by
 	}
 	_ = c.SetReadDeadline(wait)
 	return drain
+}
+
+// drainDeadline is how long, while the shim drains, a connection that
+// goes idle now may still bring its next request: until the drain's end,
+// and at least DrainGrace from now (a client whose response ended after
+// the drain began, and whose head the kernel carried without a
+// Connection: close, sends its next request at once). Call with mu.
+func (s *Shim) drainDeadline() time.Time {
+	if late := time.Now().Add(s.opts.DrainGrace); late.After(s.drainBy) {
+		return late
+	}
+	return s.drainBy
 }
 
 // setReadDeadline sets c's read deadline, never past the drain's end.
 func (s *Shim) setReadDeadline(c *Conn, t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing.Load() && s.drainBy.Before(t) {
-		t = s.drainBy
+	if by := s.drainDeadline(); s.closing.Load() && by.Before(t) {
+		t = by
 	}
 	_ = c.SetReadDeadline(t)
 }
