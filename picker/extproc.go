@@ -53,9 +53,21 @@ func NewExtProc(reg *Registry, ns Namespaces, log *slog.Logger) *ExtProc {
 // streamState is what one stream (one HTTP request) carries across its
 // messages.
 type streamState struct {
+	// The body modes of the gateway's filter, when its first message said
+	// them (protocol_config).
+	modesKnown                    bool
+	reqMode, respMode             extprocfilterv3.ProcessingMode_BodySendMode
 	reqFullDuplex, respFullDuplex bool
 	observe                       bool // observability mode: never answer
 	pick                          *Pick
+}
+
+// canOverride says the answer to the request headers may change the
+// stream's processing mode: the filter's body modes are known (to be kept
+// as they are) and neither is FULL_DUPLEX_STREAMED, with which Envoy
+// supports no mode override.
+func (st *streamState) canOverride() bool {
+	return st.modesKnown && !st.reqFullDuplex && !st.respFullDuplex
 }
 
 // Process serves one stream.
@@ -75,6 +87,8 @@ func (x *ExtProc) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		if first {
 			first = false
 			if pc := req.GetProtocolConfig(); pc != nil {
+				st.modesKnown = true
+				st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
 				st.reqFullDuplex = pc.GetRequestBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 				st.respFullDuplex = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 			}
@@ -114,7 +128,11 @@ func (x *ExtProc) handle(st *streamState, req *extprocv3.ProcessingRequest) (*ex
 		}
 		st.pick = p
 		x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
-		return pickResponse(p.Endpoints, x.ns.Destination), false
+		resp := pickResponse(p.Endpoints, x.ns.Destination)
+		if !p.ReportServed && st.canOverride() {
+			resp.ModeOverride = skipResponseHeaders(st.reqMode, st.respMode)
+		}
+		return resp, false
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return bodyAnswer(true, st.reqFullDuplex, v.RequestBody), false
 	case *extprocv3.ProcessingRequest_RequestTrailers:

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -159,6 +160,21 @@ func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
 				DestinationKey: structpb.NewStringValue(v),
 			}}),
 		}},
+	}
+}
+
+// skipResponseHeaders is the mode override of a request whose served
+// endpoint cannot differ from the pick: the response head is not sent to
+// the picker (the data plane forwards it at once), the body modes stay
+// the filter's. The request leaves its host's count when the stream ends.
+// The trailer modes are left at their default (SKIP): the picker does
+// nothing with trailers.
+func skipResponseHeaders(reqBody, respBody extprocfilterv3.ProcessingMode_BodySendMode) *extprocfilterv3.ProcessingMode {
+	return &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode:  extprocfilterv3.ProcessingMode_SEND, // past already; ignored by the data plane
+		ResponseHeaderMode: extprocfilterv3.ProcessingMode_SKIP,
+		RequestBodyMode:    reqBody,
+		ResponseBodyMode:   respBody,
 	}
 }
 
