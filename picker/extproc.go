@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -127,7 +128,9 @@ func (x *ExtProc) handle(st *streamState, req *extprocv3.ProcessingRequest) (*ex
 			return immediate(503, "no_host_ready", err.Error(), x.RetryAfter), true
 		}
 		st.pick = p
-		x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
+		if x.log.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per pick otherwise
+			x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
+		}
 		resp := pickResponse(p.Endpoints, x.ns.Destination)
 		if !p.ReportServed && st.canOverride() {
 			resp.ModeOverride = skipResponseHeaders(st.reqMode, st.respMode)

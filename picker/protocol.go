@@ -165,16 +165,21 @@ func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
 
 // skipResponseHeaders is the mode override of a request whose served
 // endpoint cannot differ from the pick: the response head is not sent to
-// the picker (the data plane forwards it at once), the body modes stay
-// the filter's. The request leaves its host's count when the stream ends.
-// The trailer modes are left at their default (SKIP): the picker does
-// nothing with trailers.
+// the picker (the data plane forwards it at once). The body modes stay
+// the filter's (an override's body modes are always taken as they are);
+// DEFAULT leaves a header or trailer mode as the filter has it. Response
+// trailers are asked for so that the data plane keeps the stream open
+// until the response ends (Envoy closes it as soon as it expects nothing
+// more): the request counts in flight on its host for its whole life,
+// and leaves the count at the stream's end. A response without trailers
+// sends nothing more; one with trailers gets an empty answer after its
+// last byte, never before its first.
 func skipResponseHeaders(reqBody, respBody extprocfilterv3.ProcessingMode_BodySendMode) *extprocfilterv3.ProcessingMode {
 	return &extprocfilterv3.ProcessingMode{
-		RequestHeaderMode:  extprocfilterv3.ProcessingMode_SEND, // past already; ignored by the data plane
-		ResponseHeaderMode: extprocfilterv3.ProcessingMode_SKIP,
-		RequestBodyMode:    reqBody,
-		ResponseBodyMode:   respBody,
+		ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SEND,
+		RequestBodyMode:     reqBody,
+		ResponseBodyMode:    respBody,
 	}
 }
 

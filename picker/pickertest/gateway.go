@@ -363,15 +363,23 @@ type exchange struct {
 
 // override applies a mode_override of the answer to the request headers,
 // as Envoy does with allow_mode_override: ignored when a body mode of the
-// filter is FULL_DUPLEX_STREAMED or the override asks for it.
+// filter is FULL_DUPLEX_STREAMED or the override asks for it. (The gateway
+// models no trailers and keeps every stream open until the response ends.)
 func (x *exchange) override(pm *extprocfilterv3.ProcessingMode) {
 	cfg := x.g.cfg
 	if pm == nil || !cfg.AllowModeOverride || cfg.RequestBody == FullDuplex || cfg.ResponseBody == FullDuplex ||
 		pm.GetRequestBodyMode() == FullDuplex || pm.GetResponseBodyMode() == FullDuplex {
 		return
 	}
+	// Body modes are taken as they are; a DEFAULT header mode leaves the
+	// filter's (Envoy's effective override).
 	x.reqMode, x.respMode = pm.GetRequestBodyMode(), pm.GetResponseBodyMode()
-	x.skipHeads = pm.GetResponseHeaderMode() == extprocfilterv3.ProcessingMode_SKIP
+	switch pm.GetResponseHeaderMode() {
+	case extprocfilterv3.ProcessingMode_SKIP:
+		x.skipHeads = true
+	case extprocfilterv3.ProcessingMode_SEND:
+		x.skipHeads = false
+	}
 }
 
 func (x *exchange) send(req *extprocv3.ProcessingRequest) error {
