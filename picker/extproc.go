@@ -31,9 +31,10 @@ import (
 // stream does (end of stream, a reset, a cancelled client).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	reg *Registry
-	ns  Namespaces
-	log *slog.Logger
+	reg     *Registry
+	ns      Namespaces
+	log     *slog.Logger
+	answers *answerCache
 	// RetryAfter is the Retry-After of the 503 and 429 answers, seconds.
 	RetryAfter int
 }
@@ -48,7 +49,7 @@ func NewExtProc(reg *Registry, ns Namespaces, log *slog.Logger) *ExtProc {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ExtProc{reg: reg, ns: ns, log: log, RetryAfter: DefaultRetryAfter}
+	return &ExtProc{reg: reg, ns: ns, log: log, answers: newAnswerCache(ns.Destination), RetryAfter: DefaultRetryAfter}
 }
 
 // streamState is what one stream (one HTTP request) carries across its
@@ -131,7 +132,7 @@ func (x *ExtProc) handle(st *streamState, req *extprocv3.ProcessingRequest) (*ex
 		if x.log.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per pick otherwise
 			x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
 		}
-		resp := pickResponse(p.Endpoints, x.ns.Destination)
+		resp := pickResponse(x.answers.get(p.Endpoints))
 		if !p.ReportServed && st.canOverride() {
 			resp.ModeOverride = skipResponseHeaders(st.reqMode, st.respMode)
 		}

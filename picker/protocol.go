@@ -139,9 +139,10 @@ func served(md *corev3.Metadata, ns string) string {
 
 // pickResponse answers a request's headers with the pick: the same value
 // in the header (replacing any the client sent: a client never chooses
-// the host) and in the dynamic metadata.
-func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
-	v := strings.Join(endpoints, ",")
+// the host) and in the dynamic metadata. The two parts are built once per
+// endpoint list (answers.go) and shared: a marshalled message is only
+// read.
+func pickResponse(parts *pickParts) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{
@@ -149,13 +150,28 @@ func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
 				// destination cluster reading it): let the data plane
 				// look again.
 				ClearRouteCache: true,
-				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-					Header:       &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(v)},
-					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-				}}},
+				HeaderMutation:  parts.mutation,
 			},
 		}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		DynamicMetadata: parts.metadata,
+	}
+}
+
+// pickParts are the parts of the answer that depend on the endpoint list
+// only.
+type pickParts struct {
+	mutation *extprocv3.HeaderMutation
+	metadata *structpb.Struct
+}
+
+func newPickParts(endpoints []string, ns string) *pickParts {
+	v := strings.Join(endpoints, ",")
+	return &pickParts{
+		mutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+			Header:       &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(v)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}}},
+		metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			ns: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				DestinationKey: structpb.NewStringValue(v),
 			}}),
