@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One run of BenchmarkDatapaths (cmd/lmwarden/datapaths_bench_test.go):
+# direct, nginx, HAProxy and `lmwarden serve` with each datapath (user,
+# skb, msg) in front of the same upstream process, fresh and keep-alive
+# connections, 1 and 32 streams; it prints the table docs/kernel.md shows.
+# As root: it installs Debian's nginx and HAProxy when missing (without
+# starting their services) and runs in a network namespace of its own.
+#
+#   scripts/bench-datapaths.sh            # 5 rounds (60 requests with one stream, 320 with 32)
+#   N=10 scripts/bench-datapaths.sh       # rounds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v nginx >/dev/null || need+=(nginx)
+command -v haproxy >/dev/null || need+=(haproxy)
+if ((${#need[@]})); then
+	# Installed to be run by the benchmark, not as services.
+	policy=/usr/sbin/policy-rc.d
+	made=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made=1
+	fi
+	trap '[[ $made == 1 ]] && rm -f "$policy"' EXIT
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+n=${N:-5}
+unshare -n sh -c "ip link set lo up && go test -run '^\$' -bench Datapaths -benchtime ${n}x -timeout 60m ./cmd/lmwarden/"
