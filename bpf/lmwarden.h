@@ -222,6 +222,7 @@ struct sock_ctl {
 /* What a REPLY head said (sock_state.head_flags). */
 #define HF_LENGTH 1  /* Content-Length */
 #define HF_CHUNKED 2 /* Transfer-Encoding: chunked */
+#define HF_CONNECTION 4 /* Connection: keep-alive */
 
 #define LMW_MAX_HEAD 4096 /* REPLY: longest response head the kernel carries */
 

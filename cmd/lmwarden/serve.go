@@ -108,7 +108,7 @@ func runServe(args []string) error {
 			return fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
 		}
 		s := l7.NewShim(m, l7.Options{
-			Datapath: dp, Upstreams: upstreams, Logger: log,
+			Datapath: dp.Datapath, Upstreams: upstreams, Logger: log,
 			ShutdownTimeout: *shutdown, ResponseTimeout: *responseTimeout,
 		})
 		shims = append(shims, s)
