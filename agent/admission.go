@@ -23,9 +23,9 @@ import (
 //     that waiter has aged (admission_queue.go).
 //   - A session that has held its room for a quantum while others wait
 //     gives it up at the end of a turn; its next request waits its turn.
-//   - No request waits longer than the timeout: then it takes the room of
-//     the session idle longest where that makes room, else goes where it
-//     costs least (the least overfull replica).
+//   - No request waits longer than the timeout: then it goes where it
+//     costs least (room if some appeared, else the least overfull
+//     replica), taking no live session's room.
 //   - The queue is bounded: past queue_max a request is refused (503 with
 //     Retry-After).
 //   - In mode auto (the default) all this is engaged only while the live
@@ -236,7 +236,8 @@ func (m *Model) maybePark(r Request) (*Wait, error) {
 
 // Claim places a parked request: on the replica that has room once Ready
 // is closed, or, called before that (the timeout passed), where it costs
-// least (placeAtDeadline). Call it once per Wait, with the time it is
+// least without taking anyone's room: the least overfull replica (if room
+// appeared meanwhile, there). Call it once per Wait, with the time it is
 // called.
 func (m *Model) Claim(w *Wait, now time.Time) (Placement, error) {
 	m.mu.Lock()
@@ -247,14 +248,12 @@ func (m *Model) Claim(w *Wait, now time.Time) (Placement, error) {
 	w.claimed = true
 	m.release(w)
 	m.noteWait(w, now)
-	to := -1
 	if !w.granted {
 		m.peer.admission.timedOut++
-		to = m.placeAtDeadline(w, now.UnixNano())
 	}
 	m.mu.Unlock()
 	r := w.req
-	r.arrived, r.Now, r.to = r.Now, now, to+1
+	r.arrived, r.Now = r.Now, now
 	r.waited = now.Sub(w.Since).Seconds()
 	return m.Place(r)
 }

@@ -69,7 +69,7 @@ func (m *Model) admitParked(now int64) {
 		w := a.parked[k]
 		i := m.pickCost(m.peer.sessions[w.hash], w.prompt, now)
 		if i < 0 {
-			i = m.makeRoom(w, now, false)
+			i = m.makeRoom(w, now)
 		}
 		if i < 0 {
 			if m.aged(w, now) {
@@ -157,14 +157,18 @@ var likelyEndedShare = 0.5
 // session's room.
 var growthSlack = 0.2
 
-// makeRoom finds room for w by ending other sessions' hold on theirs, and
-// returns the replica (-1: none). Before w's timeout (deadline false) it
-// takes only the rooms of sessions idle for so long that they have likely
-// ended; at the timeout, any (victims says in which order). The replica
-// where that gives up the least context wins. Call with m.mu held.
-func (m *Model) makeRoom(w *Wait, now int64, deadline bool) int {
+// makeRoom finds room for w in the rooms of sessions idle for so long
+// that they have likely ended, and returns the replica (-1: none): the one
+// where that frees enough with the fewest such rooms taken. Call with
+// m.mu held.
+//
+// A request at its timeout takes nobody's room (Claim): a live session
+// whose room went to it would come back, wait out a timeout of its own
+// and take another's, so that one eviction starts a chain of them
+// (measured, docs/placement.md, "At the timeout").
+func (m *Model) makeRoom(w *Wait, now int64) int {
 	a := &m.peer.admission
-	if _, known := m.peer.gaps.likelyEnded(likelyEndedShare); !deadline && !known {
+	if _, known := m.peer.gaps.likelyEnded(likelyEndedShare); !known {
 		return -1
 	}
 	best, bestCost := -1, math.Inf(1)
@@ -174,7 +178,7 @@ func (m *Model) makeRoom(w *Wait, now int64, deadline bool) int {
 			continue
 		}
 		over := m.physical(i) + m.room(i, w.prompt) - a.cfg.Fill*m.capacity(i)
-		v, cost, ok := m.victims(i, over, nil, now, deadline)
+		v, cost, ok := m.victims(i, over, nil, now, false)
 		if !ok {
 			continue
 		}
@@ -294,19 +298,6 @@ func (m *Model) evict(v []*peerSession, now int64) {
 			m.setLive(s, 0, now)
 		}
 	}
-}
-
-// placeAtDeadline makes room for w, whose wait reached the timeout, where
-// that costs least (makeRoom), and returns that replica; -1 when room
-// appeared by itself or no replica can make it (then Place puts w where
-// it costs least without room: the least overfull replica).
-func (m *Model) placeAtDeadline(w *Wait, now int64) int {
-	for i := range m.reps {
-		if m.reps[i].healthy && m.admits(nil, i, w.prompt) {
-			return -1
-		}
-	}
-	return m.makeRoom(w, now, true)
 }
 
 // admissionTick is a poll's part: engage or release admission, then grant

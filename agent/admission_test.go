@@ -190,59 +190,50 @@ func TestAdmissionSessionKeepsItsRoomWhenNobodyWaitsOrTheRoomWouldNotHelp(t *tes
 	m.Cancel(big)
 }
 
-func TestAdmissionTimeoutTakesTheRoomOfTheSessionIdleLongest(t *testing.T) {
-	// Two replicas of room for two 10k sessions each, all four held; x
-	// waits. At its timeout it takes the room of the session idle longest
-	// (d, whose turn ended first), on d's replica, and d's next request
-	// waits its turn.
+func TestAdmissionTimeoutGoesToTheLeastOverfullReplicaAndTakesNobodysRoom(t *testing.T) {
+	// Two replicas of 22k: a and b (12k) one on each, c (8k) beside one
+	// of them; x (12k) fits nowhere and waits. At its timeout it goes
+	// where it costs least, the least overfull replica (the one c is not
+	// on), and every live session keeps its room: none of their next
+	// turns waits.
 	m := mustAdmissionModel(t, 2, 22_000, queue)
 	m.peer.gapMean = 10 // sessions pause 10 s between turns: live for 200 s
 	held := map[string]Placement{}
-	for _, id := range []string{"a", "b", "c", "d"} {
-		p, w := admit(t, m, id, 10_000, epoch)
+	for id, tokens := range map[string]int{"a": 12_000, "b": 12_000} {
+		p, w := admit(t, m, id, tokens, epoch)
 		if w != nil {
 			t.Fatalf("%s waited with room", id)
 		}
 		held[id] = p
 	}
-	m.Done(held["d"], epoch.Add(2*time.Second))
-	m.Done(held["b"], epoch.Add(5*time.Second))
-	_, x := admit(t, m, "x", 10_000, epoch.Add(6*time.Second))
+	if held["a"].Replica == held["b"].Replica {
+		t.Fatalf("a and b on one replica: %+v", held)
+	}
+	p, w := admit(t, m, "c", 8_000, epoch)
+	if w != nil {
+		t.Fatal("c waited with room")
+	}
+	held["c"] = p
+	alone := 1 - p.Replica
+	for id := range held {
+		m.Done(held[id], epoch.Add(2*time.Second))
+	}
+	_, x := admit(t, m, "x", 12_000, epoch.Add(6*time.Second))
 	if x == nil {
 		t.Fatal("x placed with no room")
 	}
 	p, err := m.Claim(x, x.Deadline)
-	if err != nil || p.Replica != held["d"].Replica {
-		t.Fatalf("x at its timeout: replica %d err %v, want d's replica %d", p.Replica, err, held["d"].Replica)
+	if err != nil || p.Replica != alone {
+		t.Fatalf("x at its timeout: replica %d err %v, want the least overfull %d", p.Replica, err, alone)
 	}
 	st := m.AdmissionStats()
-	if st.TimedOut != 1 || st.Evicted != 1 {
-		t.Fatalf("stats %+v, want 1 timed out and 1 evicted", st)
+	if st.TimedOut != 1 || st.Evicted != 0 {
+		t.Fatalf("stats %+v, want 1 timed out and none evicted", st)
 	}
-	if _, w := admit(t, m, "d", 10_500, x.Deadline.Add(time.Second)); w == nil {
-		t.Fatal("d kept its room after it went to x")
-	}
-	if _, w := admit(t, m, "b", 10_500, x.Deadline.Add(time.Second)); w != nil {
-		t.Fatal("b lost its room too")
-	}
-}
-
-func TestAdmissionTimeoutTakesARunningSessionsRoomAtTheEndOfItsTurn(t *testing.T) {
-	// Nobody is idle: x at its timeout goes to the replica of the session
-	// that has held its room longest, which gives it up when its turn ends.
-	m := mustAdmissionModel(t, 1, 12_000, queue)
-	a, _ := admit(t, m, "a", 10_000, epoch)
-	_, x := admit(t, m, "x", 10_000, epoch.Add(time.Second))
-	px, err := m.Claim(x, x.Deadline)
-	if err != nil || px.Replica != 0 {
-		t.Fatalf("claim: %+v %v", px, err)
-	}
-	m.Done(a, x.Deadline.Add(time.Second))
-	if _, w := admit(t, m, "a", 10_500, x.Deadline.Add(2*time.Second)); w == nil {
-		t.Fatal("a kept its room after its turn ended")
-	}
-	if _, w := admit(t, m, "x", 10_500, x.Deadline.Add(2*time.Second)); w != nil {
-		t.Fatal("x, live, waited")
+	for _, id := range []string{"a", "b", "c"} {
+		if _, w := admit(t, m, id, 8_100, x.Deadline.Add(time.Second)); w != nil {
+			t.Fatalf("%s lost its room to x", id)
+		}
 	}
 }
 

@@ -59,9 +59,6 @@ type Request struct {
 	// arrived is when a request that admission kept waiting reached the
 	// warden (zero: Now).
 	arrived time.Time
-	// to is the replica admission made room on for a request at its
-	// timeout (0: none; else the replica's index + 1).
-	to int
 	// waited is how long it waited at the warden (seconds).
 	waited float64
 }

@@ -47,16 +47,8 @@ type costPolicy struct{}
 func newCostPolicy(*Model, ModelOptions) policy { return costPolicy{} }
 
 func (p costPolicy) pick(m *Model, h uint64, r Request) int {
-	if i := r.to - 1; i >= 0 && i < len(m.reps) && m.reps[i].healthy {
-		return m.pickBooked(forcedChoice(i), h, r) // admission made room there
-	}
 	return m.pickBooked(p, h, r)
 }
-
-// forcedChoice books a placement on one replica.
-type forcedChoice int
-
-func (f forcedChoice) choose(*Model, *peerSession, float64, int64) int { return int(f) }
 
 // choose is cost's rule: the lowest predicted TTFT among the replicas
 // admission allows; with none, the least overfull; a session that stays

@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -30,9 +31,10 @@ import (
 // stream does (end of stream, a reset, a cancelled client).
 type ExtProc struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	reg *Registry
-	ns  Namespaces
-	log *slog.Logger
+	reg     *Registry
+	ns      Namespaces
+	log     *slog.Logger
+	answers *answerCache
 	// RetryAfter is the Retry-After of the 503 and 429 answers, seconds.
 	RetryAfter int
 }
@@ -47,15 +49,27 @@ func NewExtProc(reg *Registry, ns Namespaces, log *slog.Logger) *ExtProc {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ExtProc{reg: reg, ns: ns, log: log, RetryAfter: DefaultRetryAfter}
+	return &ExtProc{reg: reg, ns: ns, log: log, answers: newAnswerCache(ns.Destination), RetryAfter: DefaultRetryAfter}
 }
 
 // streamState is what one stream (one HTTP request) carries across its
 // messages.
 type streamState struct {
+	// The body modes of the gateway's filter, when its first message said
+	// them (protocol_config).
+	modesKnown                    bool
+	reqMode, respMode             extprocfilterv3.ProcessingMode_BodySendMode
 	reqFullDuplex, respFullDuplex bool
 	observe                       bool // observability mode: never answer
 	pick                          *Pick
+}
+
+// canOverride says the answer to the request headers may change the
+// stream's processing mode: the filter's body modes are known (to be kept
+// as they are) and neither is FULL_DUPLEX_STREAMED, with which Envoy
+// supports no mode override.
+func (st *streamState) canOverride() bool {
+	return st.modesKnown && !st.reqFullDuplex && !st.respFullDuplex
 }
 
 // Process serves one stream.
@@ -75,6 +89,8 @@ func (x *ExtProc) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		if first {
 			first = false
 			if pc := req.GetProtocolConfig(); pc != nil {
+				st.modesKnown = true
+				st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
 				st.reqFullDuplex = pc.GetRequestBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 				st.respFullDuplex = pc.GetResponseBodyMode() == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 			}
@@ -113,8 +129,14 @@ func (x *ExtProc) handle(st *streamState, req *extprocv3.ProcessingRequest) (*ex
 			return immediate(503, "no_host_ready", err.Error(), x.RetryAfter), true
 		}
 		st.pick = p
-		x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
-		return pickResponse(p.Endpoints, x.ns.Destination), false
+		if x.log.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per pick otherwise
+			x.log.Debug("picked", "endpoints", p.Endpoints, "kind", p.Kind.String())
+		}
+		resp := pickResponse(x.answers.get(p.Endpoints))
+		if !p.ReportServed && st.canOverride() {
+			resp.ModeOverride = skipResponseHeaders(st.reqMode, st.respMode)
+		}
+		return resp, false
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return bodyAnswer(true, st.reqFullDuplex, v.RequestBody), false
 	case *extprocv3.ProcessingRequest_RequestTrailers:

@@ -250,7 +250,9 @@ func TestEveryBodyMode(t *testing.T) {
 				continue // a streamed answer is not buffered by a gateway in front of a model server
 			}
 			t.Run(fmt.Sprintf("request_%s_response_%s", req, resp), func(t *testing.T) {
-				w := startWorld(t, worldOpts{hosts: 2, gw: pickertest.Config{RequestBody: req, ResponseBody: resp}})
+				// allow_mode_override: the picker's override keeps the
+				// body modes, or leaves a full-duplex stream as it is.
+				w := startWorld(t, worldOpts{hosts: 2, gw: pickertest.Config{RequestBody: req, ResponseBody: resp, AllowModeOverride: true}})
 				for n := range 2 {
 					code, body := w.turn(t, "mode", n)
 					if code != 200 || !strings.Contains(body, "message_stop") {
@@ -273,7 +275,18 @@ func TestEveryBodyMode(t *testing.T) {
 // host's conversations are placed again on the others, and it comes back
 // once it answers again.
 func TestDeadHostLosesNoRequest(t *testing.T) {
-	w := startWorld(t, worldOpts{})
+	// allow_mode_override on: the response head is asked for only while a
+	// host is in doubt, so most fallbacks are not reported, and the
+	// conversations move when the host is seen down.
+	for _, override := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow_mode_override_%v", override), func(t *testing.T) {
+			testDeadHostLosesNoRequest(t, pickertest.Config{AllowModeOverride: override})
+		})
+	}
+}
+
+func testDeadHostLosesNoRequest(t *testing.T, gw pickertest.Config) {
+	w := startWorld(t, worldOpts{gw: gw})
 	const sessions = 12
 	for s := range sessions {
 		if code, _ := w.turn(t, fmt.Sprint("k", s), 0); code != 200 {
@@ -316,6 +329,51 @@ func TestDeadHostLosesNoRequest(t *testing.T) {
 	}
 	if w.gw.Stats.Retried.Load() == 0 && w.server.Registry().Model().Status().Requests["repinned"] == 0 {
 		t.Error("neither a fallback nor a re-placement happened")
+	}
+}
+
+// With allow_mode_override, the answer to the request headers turns the
+// response head off while the picked host is not in doubt (it answered its
+// last poll): one exchange before the first byte instead of two. The
+// request still leaves its host's count at the stream's end. With
+// ServedReportAlways, or a gateway that does not allow overrides, every
+// response head is sent.
+func TestModeOverrideSkipsTheResponseHead(t *testing.T) {
+	const turns = 6
+	slowPolls := func(report picker.ServedReport) func(*picker.ServerConfig) {
+		return func(sc *picker.ServerConfig) {
+			// Polls far apart: no host is in doubt for two intervals, on
+			// a loaded machine too.
+			sc.PollInterval, sc.ServedReport = 5*time.Second, report
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		report   picker.ServedReport
+		override bool
+		heads    uint64
+	}{
+		{"auto", picker.ServedReportAuto, true, 0},
+		{"always", picker.ServedReportAlways, true, turns},
+		{"not_allowed", picker.ServedReportAuto, false, turns},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := startWorld(t, worldOpts{tune: slowPolls(c.report), gw: pickertest.Config{AllowModeOverride: c.override}})
+			for n := range turns {
+				if code, body := w.turn(t, "override", n); code != 200 || !strings.Contains(body, "message_stop") {
+					t.Fatalf("turn %d: %d %q", n, code, body)
+				}
+			}
+			if got := w.gw.Stats.ResponseHeads.Load(); got != c.heads {
+				t.Errorf("%d response heads sent to the picker, want %d", got, c.heads)
+			}
+			testutil.Eventually(t, 5*time.Second, "in flight back to 0", func() bool {
+				return w.server.Registry().Model().Status().InFlight == 0
+			})
+			if got := len(w.sessions(t)); got != 1 {
+				t.Errorf("%d conversations, want 1", got)
+			}
+		})
 	}
 }
 

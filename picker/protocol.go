@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -138,9 +139,10 @@ func served(md *corev3.Metadata, ns string) string {
 
 // pickResponse answers a request's headers with the pick: the same value
 // in the header (replacing any the client sent: a client never chooses
-// the host) and in the dynamic metadata.
-func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
-	v := strings.Join(endpoints, ",")
+// the host) and in the dynamic metadata. The two parts are built once per
+// endpoint list (answers.go) and shared: a marshalled message is only
+// read.
+func pickResponse(parts *pickParts) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{
@@ -148,17 +150,52 @@ func pickResponse(endpoints []string, ns string) *extprocv3.ProcessingResponse {
 				// destination cluster reading it): let the data plane
 				// look again.
 				ClearRouteCache: true,
-				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-					Header:       &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(v)},
-					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-				}}},
+				HeaderMutation:  parts.mutation,
 			},
 		}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		DynamicMetadata: parts.metadata,
+	}
+}
+
+// pickParts are the parts of the answer that depend on the endpoint list
+// only.
+type pickParts struct {
+	mutation *extprocv3.HeaderMutation
+	metadata *structpb.Struct
+}
+
+func newPickParts(endpoints []string, ns string) *pickParts {
+	v := strings.Join(endpoints, ",")
+	return &pickParts{
+		mutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+			Header:       &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(v)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}}},
+		metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			ns: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				DestinationKey: structpb.NewStringValue(v),
 			}}),
 		}},
+	}
+}
+
+// skipResponseHeaders is the mode override of a request whose served
+// endpoint cannot differ from the pick: the response head is not sent to
+// the picker (the data plane forwards it at once). The body modes stay
+// the filter's (an override's body modes are always taken as they are);
+// DEFAULT leaves a header or trailer mode as the filter has it. Response
+// trailers are asked for so that the data plane keeps the stream open
+// until the response ends (Envoy closes it as soon as it expects nothing
+// more): the request counts in flight on its host for its whole life,
+// and leaves the count at the stream's end. A response without trailers
+// sends nothing more; one with trailers gets an empty answer after its
+// last byte, never before its first.
+func skipResponseHeaders(reqBody, respBody extprocfilterv3.ProcessingMode_BodySendMode) *extprocfilterv3.ProcessingMode {
+	return &extprocfilterv3.ProcessingMode{
+		ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SEND,
+		RequestBodyMode:     reqBody,
+		ResponseBodyMode:    respBody,
 	}
 }
 

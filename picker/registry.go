@@ -65,7 +65,41 @@ type Config struct {
 	// conversations the picker has not placed itself (after a restart, or
 	// through another front tier); 0 turns it off.
 	SessionSync time.Duration
-	Logger      *slog.Logger
+	// ServedReport decides when the gateway is asked to send the response
+	// head, which carries the endpoint that served
+	// (x-gateway-destination-endpoint-served): ServedReportAuto (the
+	// default) only when a fallback may have served, ServedReportAlways on
+	// every request.
+	ServedReport ServedReport
+	Logger       *slog.Logger
+}
+
+// ServedReport is when the picker asks for the served endpoint.
+type ServedReport string
+
+const (
+	// ServedReportAuto asks for the response head only when the endpoint
+	// list has fallbacks and the pick's host is in doubt (its last poll
+	// failed, or it has not answered one for two poll intervals): only
+	// then can a fallback serve. Otherwise the answer to the request
+	// headers turns the response head off for that request (ext_proc
+	// mode_override, honoured by a gateway with allow_mode_override), one
+	// round trip less before the first byte.
+	ServedReportAuto ServedReport = "auto"
+	// ServedReportAlways leaves the gateway's processing mode as it is:
+	// every response head is sent and answered.
+	ServedReportAlways ServedReport = "always"
+)
+
+// ParseServedReport reads the --served-report flag.
+func ParseServedReport(s string) (ServedReport, error) {
+	switch v := ServedReport(s); v {
+	case "", ServedReportAuto:
+		return ServedReportAuto, nil
+	case ServedReportAlways:
+		return v, nil
+	}
+	return "", fmt.Errorf("served report %q: want auto or always", s)
 }
 
 func (c *Config) setDefaults() {
@@ -95,6 +129,9 @@ func (c *Config) setDefaults() {
 		c.Fallbacks = DefaultFallbacks
 	case c.Fallbacks < 0:
 		c.Fallbacks = 0
+	}
+	if c.ServedReport == "" {
+		c.ServedReport = ServedReportAuto
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -505,10 +542,14 @@ type Pick struct {
 	Endpoints []string
 	Host      int // index of Endpoints[0] in Hosts()
 	Kind      agent.PlacementKind
-	model     *agent.Model
-	gen       uint64
-	placement agent.Placement
-	done      atomic.Bool
+	// ReportServed says the endpoint that serves may not be the pick (a
+	// fallback is listed and the pick's host is in doubt, or the Config
+	// asks always): the gateway should report it on the response head.
+	ReportServed bool
+	model        *agent.Model
+	gen          uint64
+	placement    agent.Placement
+	done         atomic.Bool
 }
 
 // Pick places one request: the Model over the hosts chooses (the session's
@@ -577,7 +618,25 @@ func (r *Registry) Pick(q Request) (*Pick, error) {
 		}
 	}
 	r.stats.picked.Add(1)
-	return &Pick{Endpoints: eps, Host: p.Replica, Kind: p.Kind, model: m, gen: r.gen, placement: p}, nil
+	report := r.cfg.ServedReport == ServedReportAlways || (len(eps) > 1 && r.inDoubt(r.hosts[p.Replica], q.Now))
+	return &Pick{Endpoints: eps, Host: p.Replica, Kind: p.Kind, ReportServed: report, model: m, gen: r.gen, placement: p}, nil
+}
+
+// inDoubt says a host may refuse the request: its last poll failed, or
+// none has succeeded for two poll intervals (a poll that hangs on a host
+// gone from the network fails only after PollTimeout). A host that has
+// just answered its poll takes the connection; the rare one that dies
+// between two polls sends its requests down the fallback list unreported
+// until its first failed poll (one poll interval), and its conversations
+// are placed again, on the least loaded host (where the first fallback
+// was), once it is seen down.
+func (r *Registry) inDoubt(hs *hostState, now time.Time) bool {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.failures > 0 || now.Sub(hs.polledAt) > 2*r.cfg.PollInterval
 }
 
 // saturated says whether every eligible ready host has ShedWaiting

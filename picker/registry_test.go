@@ -118,3 +118,56 @@ func TestSetHostsKeepsConversationsOfHostsThatStay(t *testing.T) {
 	}
 	r.Done(q)
 }
+
+// The served endpoint is asked for only when a fallback may serve: the
+// answer lists one and the pick's host is in doubt (its last poll failed,
+// or none succeeded for two poll intervals); always with
+// ServedReportAlways; never without fallbacks.
+func TestReportServedOnlyWhenTheHostIsInDoubt(t *testing.T) {
+	up := HostLoad{Serving: true, Replicas: 2, Ready: 2}
+	pick := func(r *Registry, now time.Time) *Pick {
+		t.Helper()
+		p, err := r.Pick(Request{SessionID: "s", Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Done(p)
+		return p
+	}
+	r := testRegistry(t, Config{})
+	r.setLoadForTest(0, up)
+	r.setLoadForTest(1, up)
+	now := time.Now()
+	if p := pick(r, now); len(p.Endpoints) != 2 || p.ReportServed {
+		t.Errorf("just polled: endpoints %v, report %v; want a fallback and no report", p.Endpoints, p.ReportServed)
+	}
+	if p := pick(r, now.Add(3*DefaultPollInterval)); !p.ReportServed {
+		t.Error("no good poll for three intervals: the served endpoint not asked for")
+	}
+	r.mu.RLock()
+	hs := r.hosts[pick(r, now).Host]
+	r.mu.RUnlock()
+	hs.mu.Lock()
+	hs.failures = 1
+	hs.mu.Unlock()
+	if p := pick(r, now); !p.ReportServed {
+		t.Error("the last poll failed: the served endpoint not asked for")
+	}
+
+	always := testRegistry(t, Config{ServedReport: ServedReportAlways})
+	always.setLoadForTest(0, up)
+	always.setLoadForTest(1, up)
+	if p := pick(always, now); !p.ReportServed {
+		t.Error("ServedReportAlways: not asked for")
+	}
+
+	alone := testRegistry(t, Config{Fallbacks: -1})
+	alone.setLoadForTest(0, up)
+	alone.setLoadForTest(1, up)
+	if p := pick(alone, now.Add(time.Minute)); len(p.Endpoints) != 1 || p.ReportServed {
+		t.Errorf("no fallbacks: endpoints %v, report %v; want one and no report", p.Endpoints, p.ReportServed)
+	}
+	if _, err := ParseServedReport("sometimes"); err == nil {
+		t.Error("ParseServedReport accepted \"sometimes\"")
+	}
+}

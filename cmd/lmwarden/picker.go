@@ -41,6 +41,7 @@ func runPicker(args []string) error {
 	pollTimeout := fs.Duration("poll-timeout", picker.DefaultPollTimeout, "how long one read may take")
 	unhealthyAfter := fs.Int("unhealthy-after", picker.DefaultUnhealthyAfter, "failed reads in a row that take a host out")
 	fallbacks := fs.Int("fallbacks", picker.DefaultFallbacks, "other hosts listed after the pick, least loaded first, for a gateway that retries (0: none)")
+	servedReport := fs.String("served-report", string(picker.ServedReportAuto), "when the gateway is asked for the response head with the served endpoint: auto (only while the picked host is in doubt and fallbacks are listed; needs the filter's allow_mode_override) or always")
 	shed := fs.Float64("shed-waiting", 0, "answer 429 to a new conversation when every host has this many requests waiting per ready replica (0: never)")
 	sessionSync := fs.Duration("session-sync", picker.DefaultSessionSync, "how often each host's conversations are read (0: never); needs --hash-key-file")
 	destNS := fs.String("destination-namespace", picker.DestinationNamespace, "metadata namespace of the pick and of the served endpoint")
@@ -76,6 +77,9 @@ func runPicker(args []string) error {
 	}
 	if _, err := parsePolicyName(*policy); err != nil {
 		return fmt.Errorf("--policy %v: %w", err, errUsage)
+	}
+	if cfg.ServedReport, err = picker.ParseServedReport(*servedReport); err != nil {
+		return fmt.Errorf("--served-report %q: want auto or always: %w", *servedReport, errUsage)
 	}
 	if *shed < 0 {
 		return fmt.Errorf("--shed-waiting %v: want 0 or more: %w", *shed, errUsage)

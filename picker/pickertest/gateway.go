@@ -24,6 +24,10 @@
 //     response body as its mode asks;
 //   - the stream half-closed at the response's end, cancelled when the
 //     client goes away;
+//   - allow_mode_override: a mode_override in the answer to the request
+//     headers changes the rest of the stream's processing mode (the body
+//     modes and whether the response head is sent), unless a body mode is
+//     FULL_DUPLEX_STREAMED, as Envoy does;
 //   - failure mode: with FailOpen a processor that cannot be reached
 //     leaves the choice to the gateway (the first of Static, in turn),
 //     with FailClose the client gets 500.
@@ -72,6 +76,10 @@ type Config struct {
 	// head is not sent to the processor (one exchange less before the
 	// first byte; the served endpoint is not reported).
 	SkipResponseHeaders bool
+	// AllowModeOverride is the filter's allow_mode_override: the
+	// processor may change the processing mode for the rest of the stream
+	// in its answer to the request headers (Envoy's default is false).
+	AllowModeOverride bool
 	// Subset, when non-nil, is sent as the subset hint of every request.
 	Subset []string
 	// FailOpen routes to Static when the processor cannot be reached;
@@ -97,6 +105,8 @@ type Stats struct {
 	Failed     atomic.Uint64 // 5xx the gateway answered itself
 	// Mismatch counts answers whose header and metadata disagreed.
 	Mismatch atomic.Uint64
+	// ResponseHeads counts response heads sent to the processor.
+	ResponseHeads atomic.Uint64
 }
 
 // Gateway is the HTTP front.
@@ -208,7 +218,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// One timer per stream, armed for each wait: a processor silent for
 	// MessageTimeout has the stream cancelled.
-	x := &exchange{g: g, st: st, timer: time.AfterFunc(time.Hour, cancel)}
+	x := &exchange{g: g, st: st, timer: time.AfterFunc(time.Hour, cancel),
+		reqMode: g.cfg.RequestBody, respMode: g.cfg.ResponseBody, skipHeads: g.cfg.SkipResponseHeaders}
 	x.timer.Stop()
 	defer x.timer.Stop()
 	eps, imm, err := x.request(r, body)
@@ -294,7 +305,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 	g.mu.Lock()
 	g.served[used]++
 	g.mu.Unlock()
-	if x != nil && !g.cfg.SkipResponseHeaders {
+	if x != nil && !x.skipHeads {
 		if err := x.responseHeaders(resp, used); err != nil {
 			g.fail(r, eps, "ext_proc response headers: "+err.Error())
 			http.Error(w, "ext_proc: "+err.Error(), http.StatusInternalServerError)
@@ -344,6 +355,31 @@ type exchange struct {
 	upBody []byte
 	sent   bool // the first message (with the protocol configuration) went out
 	timer  *time.Timer
+	// The stream's processing mode: the Config's, unless the processor
+	// overrode it.
+	reqMode, respMode Mode
+	skipHeads         bool
+}
+
+// override applies a mode_override of the answer to the request headers,
+// as Envoy does with allow_mode_override: ignored when a body mode of the
+// filter is FULL_DUPLEX_STREAMED or the override asks for it. (The gateway
+// models no trailers and keeps every stream open until the response ends.)
+func (x *exchange) override(pm *extprocfilterv3.ProcessingMode) {
+	cfg := x.g.cfg
+	if pm == nil || !cfg.AllowModeOverride || cfg.RequestBody == FullDuplex || cfg.ResponseBody == FullDuplex ||
+		pm.GetRequestBodyMode() == FullDuplex || pm.GetResponseBodyMode() == FullDuplex {
+		return
+	}
+	// Body modes are taken as they are; a DEFAULT header mode leaves the
+	// filter's (Envoy's effective override).
+	x.reqMode, x.respMode = pm.GetRequestBodyMode(), pm.GetResponseBodyMode()
+	switch pm.GetResponseHeaderMode() {
+	case extprocfilterv3.ProcessingMode_SKIP:
+		x.skipHeads = true
+	case extprocfilterv3.ProcessingMode_SEND:
+		x.skipHeads = false
+	}
 }
 
 func (x *exchange) send(req *extprocv3.ProcessingRequest) error {
@@ -400,7 +436,7 @@ func (x *exchange) request(r *http.Request, body []byte) ([]string, *extprocv3.I
 	if err := x.send(req); err != nil {
 		return nil, nil, err
 	}
-	mode := x.g.cfg.RequestBody
+	mode := x.reqMode
 	if len(body) == 0 {
 		mode = None
 	}
@@ -432,6 +468,12 @@ func (x *exchange) request(r *http.Request, body []byte) ([]string, *extprocv3.I
 	}
 	if eps, err = x.g.endpoints(hr, resp.GetDynamicMetadata()); err != nil {
 		return nil, nil, err
+	}
+	if mode != FullDuplex { // a full-duplex body is on its way already
+		x.override(resp.GetModeOverride())
+		if mode = x.reqMode; len(body) == 0 {
+			mode = None
+		}
 	}
 	switch mode {
 	case Buffered:
@@ -530,6 +572,7 @@ func (x *exchange) responseHeaders(resp *http.Response, served string) error {
 			"envoy.lb": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint-served": structpb.NewStringValue(served)}},
 		}},
 	}
+	x.g.Stats.ResponseHeads.Add(1)
 	if err := x.send(req); err != nil {
 		return err
 	}
@@ -546,7 +589,7 @@ func (x *exchange) responseHeaders(resp *http.Response, served string) error {
 // responseBody passes one chunk of the response through the processor as
 // the mode asks and returns what goes to the client.
 func (x *exchange) responseBody(chunk []byte, eos bool) ([]byte, error) {
-	mode := x.g.cfg.ResponseBody
+	mode := x.respMode
 	if mode == None {
 		return chunk, nil
 	}
