@@ -298,11 +298,14 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		resp.Reusable = false // the rest of the request never went there
 	}
 	if carried {
-		// The kernel sent the first byte; the datapath says when.
+		// The kernel sent the first byte; the datapath says when. (A
+		// read time left on a pooled connection by an earlier exchange
+		// the shim relayed is not this one's.)
 		x.headAt = x.FirstByteAt
 		if x.headAt.IsZero() {
 			x.headAt = time.Now()
 		}
+		x.Upstream.stampRead, x.Upstream.readAt = false, time.Time{}
 		if watch.stop() {
 			return 0, errClientGone
 		}
