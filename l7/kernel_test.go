@@ -145,7 +145,7 @@ func TestKernelClientAbortLeavesNoSocketInMap(t *testing.T) {
 		m := l7.MustModel(t, l7.ModelConfig(sv.URLs()...))
 		_, addr := l7.MustShim(t, m, kernelOptions(p))
 		c := l7.MustDial(t, addr)
-		c.Send(t, l7.MessagesRequestN("b", []string{"tell a long story"}, "", 4000))
+		c.Send(t, l7.LongStreamRequest("b", []string{"tell a long story"}, "", 4000))
 		resp, err := c.ReadResponse()
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("status %v err %v", resp, err)
