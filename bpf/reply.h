@@ -394,6 +394,7 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->head_len = 0;
 		st->head_flags = 0;
 		st->content_length = 0;
+		st->first_ns = 0;
 		if (rs)
 			rs->requests++;
 	}
@@ -437,7 +438,10 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->head_flags = w->hflags;
 		st->content_length = w->cl;
 	}
-	if (st->redirected == 0)
+	/* The first body byte's time (a stream's first event: what the
+	 * client feels as time to first token), not the head's, which a
+	 * replica may send on its own first. */
+	if (!st->first_ns && (st->fr.phase != FR_HEAD || len > w->head_len))
 		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
 	st->seen = o + len;
