@@ -10,7 +10,7 @@ PKGS    := ./...
 # The whole suite, BPF tests included, must fit CI's 90 minutes with room.
 TESTTIMEOUT ?= 30m
 
-.PHONY: all build install test check generate bench demo deps clean
+.PHONY: all build install test soak check generate bench demo deps clean
 
 all: build
 
@@ -48,6 +48,12 @@ check:
 
 test: deps check
 	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
+
+# soak is the fault suite's long version (docs/reliability.md): 10,000
+# connections with abandoned streams on every datapath, 20,000 idle
+# sockets from one client; minutes. The short version runs in make test.
+soak: deps
+	LMWARDEN_SOAK=1 $(GO) test -count=1 -timeout 60m -v ./faults/
 
 # generate rebuilds the bpf2go output (needs clang); the output is committed,
 # so `go build` never needs clang.

@@ -66,9 +66,10 @@ func (w *Warden) routes() {
 // "GET /", say). Safe before or after Start.
 func (w *Warden) Handle(pattern string, h http.Handler) { w.mux.Handle(pattern, h) }
 
-// AdminHandler is the admin API's handler, for serving it elsewhere or in
-// tests.
-func (w *Warden) AdminHandler() http.Handler { return w.mux }
+// AdminHandler is the admin API's handler as the admin server serves it
+// (Host check and admin token included: admin_auth.go), for serving it
+// elsewhere or in tests.
+func (w *Warden) AdminHandler() http.Handler { return w.guard(w.mux) }
 
 func writeJSON(rw http.ResponseWriter, code int, v any) {
 	rw.Header().Set("Content-Type", "application/json")
@@ -110,8 +111,9 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"affinity\": true|false}: affinity missing"))
 		return
 	}
+	old := m.Affinity()
 	m.SetAffinity(*req.Affinity)
-	w.log.Info("affinity changed", "model", m.Name(), "affinity", *req.Affinity)
+	w.logChange(r, m, "affinity", old, *req.Affinity)
 	writeJSON(rw, http.StatusOK, m.Status())
 }
 
@@ -130,7 +132,16 @@ func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any
 		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s: %v", want, err))
 		return nil
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s and nothing after it", want))
+		return nil
+	}
 	return m
+}
+
+// logChange logs a change made through the admin API, with its origin.
+func (w *Warden) logChange(r *http.Request, m *Model, setting string, from, to any) {
+	w.log.Info("admin change", append([]any{"model", m.Name(), "setting", setting, "from", from, "to", to}, originAttrs(r)...)...)
 }
 
 func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {

@@ -25,10 +25,14 @@ func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"policy\": \"name\"}: policy missing"))
 		return
 	}
+	old := m.Config().Policy
+	if st := m.Status(); st.Policy != "" {
+		old = Policy(st.Policy)
+	}
 	if err := m.SetPolicy(Policy(req.Policy)); err != nil {
 		writeError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
 		return
 	}
-	w.log.Info("policy changed", "model", m.Name(), "policy", req.Policy)
+	w.logChange(r, m, "policy", string(old), req.Policy)
 	writeJSON(rw, http.StatusOK, m.Status())
 }

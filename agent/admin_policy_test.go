@@ -23,7 +23,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	}
 	mustSend(t, m, first, "keep", 0)
 
-	if code := mustPut(t, base+"/api/v1/models/qwen/policy", `{"policy": "hash"}`); code != http.StatusOK {
+	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "hash"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy hash: %d", code)
 	}
 	var st ModelStatus
@@ -42,7 +42,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 		t.Errorf("hash placed %d then %d, ring says %d", h1.Replica, h2.Replica, ring)
 	}
 
-	if code := mustPut(t, base+"/api/v1/models/qwen/policy", `{"policy": "sticky"}`); code != http.StatusOK {
+	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "sticky"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy sticky: %d", code)
 	}
 	again, _ := m.Place(Request{SessionID: "keep", Now: time.Now()})
@@ -51,11 +51,11 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 		t.Errorf("session placed on %d before the switches, %d after", first.Replica, again.Replica)
 	}
 
-	if code := mustPut(t, base+"/api/v1/models/nope/policy", `{"policy": "sticky"}`); code != http.StatusNotFound {
+	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/nope/policy", `{"policy": "sticky"}`); code != http.StatusNotFound {
 		t.Errorf("unknown model: %d, want 404", code)
 	}
 	for _, bad := range []string{``, `{}`, `{"policy": "fastest"}`, `{"policy": 3}`, `{"policy": "sticky", "x": 1}`} {
-		if code := mustPut(t, base+"/api/v1/models/qwen/policy", bad); code != http.StatusBadRequest {
+		if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", bad); code != http.StatusBadRequest {
 			t.Errorf("body %q: %d, want 400", bad, code)
 		}
 	}

@@ -30,11 +30,15 @@ func mustGetJSON(tb testing.TB, url string, v any) int {
 	return resp.StatusCode
 }
 
-func mustPut(tb testing.TB, url, body string) int {
+// mustPut sends a PUT with the admin token (none when token is "").
+func mustPut(tb testing.TB, token, url, body string) int {
 	tb.Helper()
 	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -75,17 +79,17 @@ func TestAdminModelsJSONHasEveryField(t *testing.T) {
 		}
 	}
 
-	if code := mustPut(t, base+"/api/v1/models/qwen/affinity", `{"affinity": false}`); code != http.StatusOK {
+	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/affinity", `{"affinity": false}`); code != http.StatusOK {
 		t.Errorf("PUT affinity: %d", code)
 	}
 	if m.Affinity() {
 		t.Error("affinity still on")
 	}
-	if code := mustPut(t, base+"/api/v1/models/nope/affinity", `{"affinity": true}`); code != http.StatusNotFound {
+	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/nope/affinity", `{"affinity": true}`); code != http.StatusNotFound {
 		t.Errorf("unknown model: %d", code)
 	}
 	for _, bad := range []string{``, `{}`, `{"affinity": "yes"}`, `{"affinity": true, "x": 1}`, `not json`} {
-		if code := mustPut(t, base+"/api/v1/models/qwen/affinity", bad); code != http.StatusBadRequest {
+		if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/affinity", bad); code != http.StatusBadRequest {
 			t.Errorf("body %q: %d, want 400", bad, code)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -29,6 +30,14 @@ const (
 	DefaultDatapath        = "auto"
 	DefaultModelName       = "default"
 	DefaultVLLMLBStatsMode = "fresh"
+	// DefaultBodyTimeout: a request body must have arrived whole this long
+	// after its head (else 408; docs/serve.md).
+	DefaultBodyTimeout = 60 * time.Second
+	// DefaultMaxConnectionsPerClient bounds one client address's
+	// connections to the frontends.
+	DefaultMaxConnectionsPerClient = 1024
+	// DefaultMaxSessions bounds a model's session table.
+	DefaultMaxSessions = 100000
 )
 
 // DefaultSessionHeaders are the request headers that carry a session id, in
@@ -59,8 +68,29 @@ type Config struct {
 	// HashKeyFile names a file holding the key instead (32 hex digits,
 	// surrounding space allowed): a mounted secret, shared with other
 	// wardens and the endpoint picker (docs/multihost.md).
-	HashKeyFile string        `yaml:"hash_key_file"`
-	Models      []ModelConfig `yaml:"models"`
+	HashKeyFile string `yaml:"hash_key_file"`
+	// BodyTimeout bounds the whole request body: it must have arrived this
+	// long after its head, or the client gets 408 and the replica's
+	// request is aborted.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MaxConnections bounds the client connections of all frontends
+	// together; 0: derived from the descriptor limit at start (half of
+	// what is left after a reserve, at most 65536: each may need a
+	// replica connection too).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerClient bounds the connections of one client
+	// address. At either bound the oldest idle connection is closed to
+	// make room; with none idle the new one is refused (503).
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// AdminTokenFile holds the bearer token every admin write must carry
+	// (docs/admin.md); "": DefaultAdminTokenFile(). The warden makes it
+	// (mode 0600) when it is missing.
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// AdminHosts are the host names the admin API answers to besides IP
+	// addresses and localhost (a Host header naming anything else is
+	// refused: DNS rebinding).
+	AdminHosts []string      `yaml:"admin_hosts"`
+	Models     []ModelConfig `yaml:"models"`
 
 	hashKeyFromFile bool // HashKey was read from HashKeyFile (validation runs again)
 }
@@ -98,6 +128,13 @@ type ModelConfig struct {
 	VLLMLBStats string `yaml:"vllm_lb_stats"`
 	// Admission is policy cost's cache-capacity admission (agent/admission.go).
 	Admission AdmissionConfig `yaml:"admission"`
+	// PinSources are the client addresses (an IP, or a CIDR prefix) whose
+	// X-data-parallel-rank and X-Warden-Replica headers are honoured;
+	// from anyone else they are ignored (counted) and placement decides.
+	PinSources []string `yaml:"pin_sources"`
+	// MaxSessions bounds the session table (least recently used first
+	// out, sessions seen once before those that came back).
+	MaxSessions int `yaml:"max_sessions"`
 }
 
 // OneEndpoint reports whether the model uses deployment shape 2.
@@ -169,6 +206,7 @@ func (mc *ModelConfig) setDefaults() {
 		Policy:         DefaultPolicy,
 		VLLMLBStats:    DefaultVLLMLBStatsMode,
 		Admission:      DefaultAdmission,
+		MaxSessions:    DefaultMaxSessions,
 	}
 }
 
@@ -190,6 +228,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.HitRateWindow == 0 {
 		c.HitRateWindow = DefaultHitRateWindow
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.MaxConnectionsPerClient == 0 {
+		c.MaxConnectionsPerClient = DefaultMaxConnectionsPerClient
 	}
 }
 
@@ -321,6 +365,20 @@ func (c *Config) validate(p *problems) {
 			bad("listen", "%v", err)
 		}
 	}
+	if c.BodyTimeout <= 0 {
+		bad("body_timeout", "must be positive, got %v", c.BodyTimeout)
+	}
+	if c.MaxConnections < 0 {
+		bad("max_connections", "must not be negative (0: derived from the descriptor limit), got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerClient < 1 {
+		bad("max_connections_per_client", "must be at least 1, got %d", c.MaxConnectionsPerClient)
+	}
+	for j, h := range c.AdminHosts {
+		if h == "" || strings.ContainsAny(h, ":/ \t") {
+			bad(fmt.Sprintf("admin_hosts[%d]", j), "%q: want a host name, without a port", h)
+		}
+	}
 	if len(c.Models) == 0 {
 		bad("models", "at least one model is required")
 	}
@@ -412,6 +470,14 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	if _, err := vllmlb.ParseStatsMode(mc.VLLMLBStats); err != nil || mc.VLLMLBStats == "" {
 		bad("vllm_lb_stats", "%q: want fresh, stale or none", mc.VLLMLBStats)
 	}
+	if mc.MaxSessions < 0 { // 0, in a config built in code: the default
+		bad("max_sessions", "must be at least 1, got %d", mc.MaxSessions)
+	}
+	for j, src := range mc.PinSources {
+		if _, err := ParsePinSource(src); err != nil {
+			bad(fmt.Sprintf("pin_sources[%d]", j), "%v", err)
+		}
+	}
 	a := mc.Admission // the zero value (a config built in code) means the defaults
 	if _, err := ParseAdmissionMode(string(a.Mode)); a.Mode != "" && err != nil {
 		bad("admission.mode", "%q: want auto, queue, spill or off", a.Mode)
@@ -428,6 +494,19 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	if a.Quantum < 0 {
 		bad("admission.quantum", "want a positive multiple of the re-prefill time, got %v", a.Quantum)
 	}
+}
+
+// ParsePinSource reads one entry of pin_sources: an IP address (one
+// client) or a CIDR prefix.
+func ParsePinSource(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: want an IP address or a CIDR prefix such as 127.0.0.1 or 10.0.0.0/8", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 }
 
 func checkHostPort(s string) error {

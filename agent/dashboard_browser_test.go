@@ -79,30 +79,40 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 	})
 
 	t.Run("affinity switch turns affinity off through the API", func(t *testing.T) {
-		// Accept the confirmation dialog the switch opens.
+		// Accept the confirmation the switch opens; the write is refused
+		// (the page has no token yet), and the prompt for the token that
+		// follows gets the warden's.
 		dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-		asked := make(chan string, 1)
+		asked := make(chan string, 2)
 		go func() {
 			for ev, err := range dialogs {
 				if err != nil {
 					return
 				}
-				if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}); err != nil {
-					t.Errorf("accept dialog: %v", err)
+				params := page.HandleJavaScriptDialogParams{Accept: true}
+				if ev.Type == page.DialogTypePrompt {
+					params.PromptText = env.warden.AdminToken()
 				}
-				asked <- ev.Message
-				return
+				if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, params); err != nil {
+					t.Errorf("answer dialog: %v", err)
+				}
+				asked <- string(ev.Type) + ": " + ev.Message
+				if ev.Type == page.DialogTypePrompt {
+					return
+				}
 			}
 		}()
 		mustDo(t, ctx, chromedp.Click(chromedp.CSS(`[data-affinity-switch="`+dashboardModel+`"]`)))
-		select {
-		case msg := <-asked:
-			t.Logf("confirmed: %q", firstLine(msg))
-			if !strings.Contains(msg, "OFF") {
-				t.Errorf("confirmation %q does not say affinity goes off", msg)
+		for _, want := range []string{"OFF", "admin token"} {
+			select {
+			case msg := <-asked:
+				t.Logf("answered %q", firstLine(msg))
+				if !strings.Contains(msg, want) {
+					t.Errorf("dialog %q does not say %q", msg, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no dialog saying %q", want)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the switch asked for no confirmation")
 		}
 		testutil.Eventually(t, 10*time.Second, "affinity off in the API", func() bool {
 			return !env.model(t).Affinity

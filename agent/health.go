@@ -31,6 +31,9 @@ type WardenInfo struct {
 	Build     BuildInfo    `json:"build"`
 	StartedAt time.Time    `json:"started_at"`
 	Datapath  DatapathInfo `json:"datapath"`
+	// AdminTokenFile is where the admin token is (not the token): what
+	// the dashboard tells a user whose write it refused.
+	AdminTokenFile string `json:"admin_token_file,omitempty"`
 	Readiness
 }
 
@@ -84,7 +87,8 @@ func (w *Warden) Readiness() Readiness {
 
 // Info is GET /api/v1/warden.
 func (w *Warden) Info() WardenInfo {
-	return WardenInfo{Build: w.opts.Build, StartedAt: w.series.Started(), Datapath: w.opts.Datapath, Readiness: w.Readiness()}
+	return WardenInfo{Build: w.opts.Build, StartedAt: w.series.Started(), Datapath: w.opts.Datapath,
+		AdminTokenFile: w.cfg.AdminTokenFile, Readiness: w.Readiness()}
 }
 
 func (w *Warden) handleHealthz(rw http.ResponseWriter, _ *http.Request) {

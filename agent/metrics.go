@@ -28,7 +28,16 @@ var (
 		"Requests in flight through the warden on this replica.",
 		[]string{"model", "replica"}, nil)
 	descSessionsLive = prometheus.NewDesc("lmwarden_sessions_live",
-		"Live (not yet expired) sessions in the session table.",
+		"Sessions with a request in the last minute (active); the others keep their pin until session_ttl but are most likely over.",
+		[]string{"model"}, nil)
+	descSessionsPinned = prometheus.NewDesc("lmwarden_sessions_pinned",
+		"Sessions in the session table (pinned to a replica), at most max_sessions.",
+		[]string{"model"}, nil)
+	descSessionsEvicted = prometheus.NewDesc("lmwarden_sessions_evicted_total",
+		"Sessions removed to keep the table within max_sessions (least recently used first, those seen once before those that came back).",
+		[]string{"model"}, nil)
+	descUntrustedPins = prometheus.NewDesc("lmwarden_untrusted_pins_total",
+		"Client-pinned headers (X-data-parallel-rank, X-Warden-Replica) from a client outside pin_sources (ignored; the request was routed normally).",
 		[]string{"model"}, nil)
 	descReplicaSessions = prometheus.NewDesc("lmwarden_replica_sessions",
 		"Live sessions pinned to this replica.",
@@ -124,7 +133,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descBuildInfo, descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
-	descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
+	descSessionsPinned, descSessionsEvicted, descUntrustedPins, descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
 	descUnaffined, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents,
 	descAdmissionEngaged, descAdmissionLoad, descAdmissionOldest, descReplicaLive, descReplicaBudget, descRetries, descReplicaInfo, descHealthy, descPollFailures,
@@ -173,7 +182,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		mn := s.Name
 		counter(descVLLMDecided, float64(m.vllmDecidedCount()), mn)
 		gauge(descInFlight, float64(s.InFlight), mn)
-		gauge(descSessionsLive, float64(s.Sessions), mn)
+		gauge(descSessionsLive, float64(s.ActiveSessions), mn)
+		gauge(descSessionsPinned, float64(s.Sessions), mn)
+		counter(descSessionsEvicted, float64(s.SessionsEvicted), mn)
+		counter(descUntrustedPins, float64(s.UntrustedPins), mn)
 		counter(descSessionsExpired, float64(s.SessionsExpired), mn)
 		counter(descInvalidPins, float64(s.InvalidPins), mn)
 		counter(descUnaffined, float64(s.Unaffined), mn)

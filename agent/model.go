@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"sort"
 	"sync"
@@ -55,7 +56,16 @@ type Request struct {
 	PinnedHeader string
 	// PromptBytes is the request body's Content-Length (0 if unknown).
 	PromptBytes int64
-	Now         time.Time
+	// BodyPending: the request's body has not arrived whole yet. Until
+	// BodyArrived the request counts in flight but not in the load that
+	// steers other requests (a client that announces a body and never
+	// sends it must not push sessions off their replica).
+	BodyPending bool
+	// Source is the client's address; PinnedHeader is honoured only from
+	// the model's pin_sources. The zero value (an in-process caller, the
+	// virtual bench) is trusted.
+	Source netip.Addr
+	Now    time.Time
 	// arrived is when a request that admission kept waiting reached the
 	// warden (zero: Now).
 	arrived time.Time
@@ -77,6 +87,8 @@ type Placement struct {
 	Kind        PlacementKind
 	SessionHash uint64 // 0 without a session id
 	retried     bool
+	// awaitingBody: counted in awaitingBody, not inFlight, until BodyArrived.
+	awaitingBody bool
 }
 
 // ReplicaMetrics is what the poller (or the virtual bench) read from one
@@ -115,7 +127,8 @@ type replica struct {
 	addr    string
 	healthy bool
 
-	inFlight     int
+	inFlight     int // requests whose body has arrived: what steers placement
+	awaitingBody int // requests placed here whose body has not arrived yet
 	requests     [numKinds]uint64
 	retriedAway  uint64 // connect failures that moved a request elsewhere
 	pollFailures uint64
@@ -148,11 +161,17 @@ type Model struct {
 	inFlight    int
 	unaffined   uint64
 	invalidPins uint64
-	noHealthy   uint64
-	retryFailed uint64
-	vllmDecided uint64 // affinity off, one endpoint: no replica of ours chosen
-	stayed      uint64 // known session, same replica as its pin
-	moved       uint64 // known session, another replica
+	// untrustedPins: pins from a client outside pin_sources, ignored.
+	untrustedPins uint64
+	pinSources    []netip.Prefix
+	// placingBodyPending is the request being placed's BodyPending, for
+	// commit (set under mu for the duration of Place).
+	placingBodyPending bool
+	noHealthy          uint64
+	retryFailed        uint64
+	vllmDecided        uint64 // affinity off, one endpoint: no replica of ours chosen
+	stayed             uint64 // known session, same replica as its pin
+	moved              uint64 // known session, another replica
 
 	// mean prompt size in tokens (EWMA of PromptBytes/4), for auto spill.
 	meanPromptTokens float64
@@ -222,6 +241,15 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 		m.reps[i].hitRate.window = window
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
+	max := mc.MaxSessions
+	if max == 0 {
+		max = DefaultMaxSessions // a config built in code
+	}
+	m.sessions.setLimit(max)
+	for _, src := range mc.PinSources {
+		p, _ := ParsePinSource(src) // validated above
+		m.pinSources = append(m.pinSources, p)
+	}
 	m.peer = newPeerState(n)
 	m.lat = newLatencyStats(n)
 	m.newPolicies(opts)
@@ -312,13 +340,47 @@ func (m *Model) Done(p Placement, now time.Time) {
 	if m.inFlight > 0 {
 		m.inFlight--
 	}
-	if p.Replica >= 0 && p.Replica < len(m.reps) && m.reps[p.Replica].inFlight > 0 {
-		m.reps[p.Replica].inFlight--
+	if p.Replica >= 0 && p.Replica < len(m.reps) {
+		m.reps[p.Replica].release(p.awaitingBody)
 	}
 	if p.SessionHash != 0 {
 		m.sessions.touchHash(p.SessionHash, now.UnixNano())
 	}
 	m.peerDone(p, now)
+}
+
+// release takes one request off the replica's counts.
+func (r *replica) release(awaitingBody bool) {
+	if awaitingBody && r.awaitingBody > 0 {
+		r.awaitingBody--
+	} else if !awaitingBody && r.inFlight > 0 {
+		r.inFlight--
+	}
+}
+
+// BodyArrived says that the request's body has arrived whole (Request.
+// BodyPending): from now on it steers placement like any other request.
+func (m *Model) BodyArrived(p *Placement) {
+	if !p.awaitingBody {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.awaitingBody = false
+	if p.Replica >= 0 && p.Replica < len(m.reps) {
+		r := &m.reps[p.Replica]
+		if r.awaitingBody > 0 {
+			r.awaitingBody--
+		}
+		r.inFlight++
+	}
+}
+
+// Healthy reports whether replica i takes placements (the poller's verdict).
+func (m *Model) Healthy(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return i >= 0 && i < len(m.reps) && m.reps[i].healthy
 }
 
 // SetHealthy marks a replica healthy or not (the poller's verdict). An
@@ -396,7 +458,8 @@ func (m *Model) Sessions(now time.Time, limit int) []SessionInfo {
 	return out
 }
 
-// LiveSessions is the number of sessions in the table.
+// LiveSessions is the number of sessions in the table (pinned; not all
+// of them active).
 func (m *Model) LiveSessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -125,6 +126,8 @@ func (m *Model) promptTokens(r Request) float64 {
 func (m *Model) Place(r Request) (Placement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.placingBodyPending = r.BodyPending
+	defer func() { m.placingBodyPending = false }()
 	now := r.Now.UnixNano()
 	m.sessions.sweep(now, sweepPerPlace)
 	if r.PromptBytes > 0 {
@@ -144,7 +147,9 @@ func (m *Model) Place(r Request) (Placement, error) {
 		m.unaffined++ // whatever decides, a request without a session id is unaffined
 	}
 
-	if r.PinnedHeader != "" {
+	if r.PinnedHeader != "" && !m.pinTrusted(r.Source) {
+		m.untrustedPins++
+	} else if r.PinnedHeader != "" {
 		if i, ok := m.parsePin(r.PinnedHeader); ok {
 			if pos >= 0 {
 				m.countStay(pos, i)
@@ -202,18 +207,36 @@ func (m *Model) countStay(pos, i int) {
 // position pos (-1: none) active, and builds the Placement.
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
-		m.sessions.touch(pos, now)
-		m.sessions.slots[pos].turns++
+		m.sessions.turn(pos, now)
 	}
 	r := &m.reps[i]
-	r.inFlight++
+	if m.placingBodyPending {
+		r.awaitingBody++
+	} else {
+		r.inFlight++
+	}
 	r.requests[kind]++
 	m.inFlight++
-	p := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: kind, SessionHash: h}
+	p := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: kind, SessionHash: h, awaitingBody: m.placingBodyPending}
 	if m.oneEndpoint {
 		p.RankHeader = i
 	}
 	return p
+}
+
+// pinTrusted reports whether a client at src may pin its requests: it is
+// within pin_sources (or an in-process caller, with no address).
+func (m *Model) pinTrusted(src netip.Addr) bool {
+	if !src.IsValid() {
+		return true
+	}
+	src = src.Unmap()
+	for _, p := range m.pinSources {
+		if p.Contains(src) {
+			return true
+		}
+	}
+	return false
 }
 
 // parsePin reads a client-pinned header: a replica index (the rank, in
@@ -247,9 +270,7 @@ func (m *Model) Retry(p Placement, now time.Time) (Placement, error) {
 	defer m.mu.Unlock()
 	if p.Replica >= 0 && p.Replica < len(m.reps) {
 		r := &m.reps[p.Replica]
-		if r.inFlight > 0 {
-			r.inFlight--
-		}
+		r.release(p.awaitingBody)
 		r.retriedAway++
 	}
 	if p.retried {
@@ -277,8 +298,12 @@ func (m *Model) Retry(p Placement, now time.Time) (Placement, error) {
 		}
 	}
 	r := &m.reps[i]
-	r.inFlight++
-	q := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: p.Kind, SessionHash: p.SessionHash, retried: true}
+	if p.awaitingBody {
+		r.awaitingBody++
+	} else {
+		r.inFlight++
+	}
+	q := Placement{Replica: i, Addr: r.addr, RankHeader: -1, Kind: p.Kind, SessionHash: p.SessionHash, retried: true, awaitingBody: p.awaitingBody}
 	if m.oneEndpoint {
 		q.RankHeader = i
 	}

@@ -27,20 +27,24 @@ type SessionInfo struct {
 	Active bool `json:"active"`
 }
 
-// sessionEntry is one conversation: 24 bytes, plus its slot in the index.
+// sessionEntry is one conversation: 32 bytes, inline in its slot of the
+// index, linked into its segment of the recency order (lru).
 type sessionEntry struct {
-	hash     uint64
-	lastSeen int64 // unix nanoseconds of the last request (placement or end)
-	replica  int16 // pinned replica
-	active   bool  // counted in active[replica]
-	turns    uint32
+	hash       uint64
+	lastSeen   int64 // unix nanoseconds of the last request (placement or end)
+	prev, next int32 // neighbours in its segment's recency list (-1: none)
+	turns      uint32
+	replica    int16 // pinned replica
+	active     bool  // counted in active[replica]
+	protected  bool  // in the protected segment (a second turn came)
 }
 
 // ActiveWindow: a session with a request (start or end) within this time is
-// active, and only active sessions add to their replica's load. A pinned
-// session stays pinned for the whole TTL, but one that has been quiet for
-// a minute has most likely ended; counting it would make placement avoid
-// replicas for conversations that will never come back.
+// active, and only active sessions add to their replica's load and count
+// as live (lmwarden_sessions_live). A pinned session stays pinned for the
+// whole TTL, but one that has been quiet for a minute has most likely
+// ended; counting it would make placement avoid replicas for
+// conversations that will never come back.
 const ActiveWindow = time.Minute
 
 // MaxReplicas bounds the replicas of one model (the table stores an int16).
@@ -54,6 +58,14 @@ const MaxReplicas = 1 << 15
 // Deletion shifts the rest of the probe run back (no tombstones), and the
 // table doubles at 3/4 full.
 //
+// The table holds at most max sessions (0: no bound). A new session beyond
+// it evicts the least recently used one, in segments (a segmented LRU): a
+// session that has come back for a second turn is protected, and the
+// sessions seen once (what a flood of fresh ids is made of) are evicted
+// first, so a client that makes up session ids cannot push real
+// conversations off their replicas; the protected segment holds at most
+// protectedShare of the bound, its oldest going back to the other.
+//
 // Expiry never scans on the request path: every placement examines
 // sweepPerPlace slots from a rotating cursor (amortised O(1)), the Warden
 // sweeps a bounded number per poll tick, and a lookup that finds an idle
@@ -64,11 +76,30 @@ type sessionTable struct {
 	count   int
 	cursor  int
 	ttl     int64
+	max     int // 0: unbounded
 	sink    SessionSink
 	pinned  []int // live sessions per replica
 	active  []int // active sessions per replica (ActiveWindow)
 	expired uint64
+	evicted uint64
+	// lru is the recency order of each segment (probation, protected):
+	// head is the least recently used.
+	lru [2]lruList
 }
+
+type lruList struct {
+	head, tail int32
+	n          int
+}
+
+// The segments of the recency order.
+const (
+	probation = 0 // seen once
+	protected = 1 // came back
+)
+
+// protectedShare of the bound may be protected sessions.
+const protectedShare = 0.8
 
 // sweepPerPlace slots are examined for expiry on every placement: at 3/8 to
 // 3/4 occupancy that is at least one entry per placement, as many as a new
@@ -84,10 +115,76 @@ func newSessionTable(replicas int, ttl time.Duration, sink SessionSink) *session
 		sink:   sink,
 		pinned: make([]int, replicas),
 		active: make([]int, replicas),
+		lru:    [2]lruList{{head: -1, tail: -1}, {head: -1, tail: -1}},
 	}
 }
 
 func (t *sessionTable) len() int { return t.count }
+
+// live is the number of active sessions.
+func (t *sessionTable) live() int {
+	n := 0
+	for _, a := range t.active {
+		n += a
+	}
+	return n
+}
+
+func segment(e *sessionEntry) int {
+	if e.protected {
+		return protected
+	}
+	return probation
+}
+
+// linkTail appends slot i to the most recent end of its segment.
+func (t *sessionTable) linkTail(i int) {
+	e := &t.slots[i]
+	l := &t.lru[segment(e)]
+	e.prev, e.next = l.tail, -1
+	if l.tail >= 0 {
+		t.slots[l.tail].next = int32(i)
+	} else {
+		l.head = int32(i)
+	}
+	l.tail = int32(i)
+	l.n++
+}
+
+// unlink takes slot i out of its segment's list.
+func (t *sessionTable) unlink(i int) {
+	e := &t.slots[i]
+	l := &t.lru[segment(e)]
+	if e.prev >= 0 {
+		t.slots[e.prev].next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next >= 0 {
+		t.slots[e.next].prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = -1, -1
+	l.n--
+}
+
+// moved points the neighbours of the entry just copied from slot from to
+// slot to at its new place.
+func (t *sessionTable) moved(from, to int) {
+	e := &t.slots[to]
+	l := &t.lru[segment(e)]
+	if e.prev >= 0 {
+		t.slots[e.prev].next = int32(to)
+	} else if l.head == int32(from) {
+		l.head = int32(to)
+	}
+	if e.next >= 0 {
+		t.slots[e.next].prev = int32(to)
+	} else if l.tail == int32(from) {
+		l.tail = int32(to)
+	}
+}
 
 // find returns the slot of hash h, or -1, without looking at its age.
 func (t *sessionTable) find(h uint64) int {
@@ -118,12 +215,18 @@ func (t *sessionTable) lookup(h uint64, now int64) int {
 }
 
 // insert adds a session pinned to replica; h (non-zero) must not be
-// present. It returns the entry's slot (slots move when the table grows).
+// present. At the bound, the least recently used session of the
+// probation segment (else of the protected one) makes room. It returns
+// the entry's slot (slots move when the table grows or an entry goes).
 func (t *sessionTable) insert(h uint64, replica int, now int64) int {
+	if t.max > 0 && t.count >= t.max {
+		t.evict()
+	}
 	if 4*(t.count+1) > 3*len(t.slots) {
 		t.grow()
 	}
 	i := t.place(sessionEntry{hash: h, lastSeen: now, replica: int16(replica), active: true})
+	t.linkTail(i)
 	t.count++
 	t.pinned[replica]++
 	t.active[replica]++
@@ -133,7 +236,19 @@ func (t *sessionTable) insert(h uint64, replica int, now int64) int {
 	return i
 }
 
-// place puts e into the first free slot of its probe run.
+// evict removes the least recently used session (lmwarden_sessions_evicted_total).
+func (t *sessionTable) evict() {
+	seg := probation
+	if t.lru[probation].n == 0 {
+		seg = protected
+	}
+	if i := t.lru[seg].head; i >= 0 {
+		t.remove(int(i))
+		t.evicted++
+	}
+}
+
+// place puts e into the first free slot of its probe run (not linked).
 func (t *sessionTable) place(e sessionEntry) int {
 	mask := len(t.slots) - 1
 	i := int(e.hash) & mask
@@ -144,15 +259,27 @@ func (t *sessionTable) place(e sessionEntry) int {
 	return i
 }
 
+// grow doubles the index, keeping each segment's recency order.
 func (t *sessionTable) grow() {
 	old := t.slots
+	lists := t.lru
 	t.slots = make([]sessionEntry, 2*len(old))
-	for _, e := range old {
-		if e.hash != 0 {
-			t.place(e)
+	t.lru = [2]lruList{{head: -1, tail: -1}, {head: -1, tail: -1}}
+	for _, l := range lists {
+		for j := l.head; j >= 0; j = old[j].next {
+			t.linkTail(t.place(old[j]))
 		}
 	}
 	t.cursor = 0
+}
+
+// setLimit bounds the table at max sessions (0: none), evicting the least
+// recently used ones beyond it now.
+func (t *sessionTable) setLimit(max int) {
+	t.max = max
+	for max > 0 && t.count > max {
+		t.evict()
+	}
 }
 
 // repin moves the session in slot i to another replica.
@@ -173,7 +300,8 @@ func (t *sessionTable) repin(i, replica int) {
 	}
 }
 
-// touch records activity of the session in slot i.
+// touch records activity of the session in slot i (it becomes the most
+// recently used of its segment).
 func (t *sessionTable) touch(i int, now int64) {
 	e := &t.slots[i]
 	if now > e.lastSeen {
@@ -182,6 +310,30 @@ func (t *sessionTable) touch(i int, now int64) {
 	if !e.active {
 		e.active = true
 		t.active[e.replica]++
+	}
+	t.unlink(i)
+	t.linkTail(i)
+}
+
+// turn records a request placed for the session in slot i: activity, one
+// more turn, and from its second turn on a place in the protected segment.
+func (t *sessionTable) turn(i int, now int64) {
+	t.touch(i, now)
+	e := &t.slots[i]
+	e.turns++
+	if e.protected || e.turns < 2 {
+		return
+	}
+	t.unlink(i)
+	e.protected = true
+	t.linkTail(i)
+	if limit := int(protectedShare * float64(t.max)); t.max > 0 && t.lru[protected].n > max(limit, 1) {
+		// The oldest protected session goes back to probation, as the
+		// most recent of it.
+		j := int(t.lru[protected].head)
+		t.unlink(j)
+		t.slots[j].protected = false
+		t.linkTail(j)
 	}
 }
 
@@ -195,6 +347,7 @@ func (t *sessionTable) touchHash(h uint64, now int64) {
 // remove empties slot i and shifts later entries of the probe run back
 // into the hole (backward-shift deletion), so no probe run is broken.
 func (t *sessionTable) remove(i int) {
+	t.unlink(i)
 	e := t.slots[i]
 	t.count--
 	t.pinned[e.replica]--
@@ -212,6 +365,7 @@ func (t *sessionTable) remove(i int) {
 		// cyclically in (hole, j]: then it must stay at or after its home.
 		if (j-home)&mask >= (j-hole)&mask {
 			t.slots[hole] = t.slots[j]
+			t.moved(j, hole)
 			hole = j
 		}
 	}

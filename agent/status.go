@@ -17,7 +17,13 @@ type ModelStatus struct {
 	SpillAuto bool   `json:"spill_threshold_auto"`
 	Spill     int    `json:"spill_threshold"` // the number; with auto, the lowest over healthy replicas
 	InFlight  int    `json:"in_flight"`
-	Sessions  int    `json:"sessions"`
+	Sessions  int    `json:"sessions"` // in the table (pinned), at most MaxSessions
+	// ActiveSessions: of those, with a request in the last ActiveWindow
+	// (lmwarden_sessions_live).
+	ActiveSessions  int    `json:"active_sessions"`
+	MaxSessions     int    `json:"max_sessions"`
+	SessionsEvicted uint64 `json:"sessions_evicted"`
+	UntrustedPins   uint64 `json:"untrusted_pins"` // pins from outside pin_sources, ignored
 	// StickyShare: of the requests of known sessions, the share that went to
 	// the replica their session was pinned to (0 before any).
 	StickyShare     float64           `json:"sticky_share"`
@@ -42,6 +48,7 @@ type ReplicaStatus struct {
 	URL            string            `json:"url"`
 	Healthy        bool              `json:"healthy"`
 	InFlight       int               `json:"in_flight"`
+	AwaitingBody   int               `json:"awaiting_body"`   // of those, whose body has not arrived (not in load)
 	Sessions       int               `json:"sessions"`        // live sessions pinned here
 	ActiveSessions int               `json:"active_sessions"` // of those, active in the last ActiveWindow
 	Sticky         uint64            `json:"sticky"`
@@ -79,6 +86,10 @@ func (m *Model) Status() ModelStatus {
 		SpillAuto:       m.cfg.SpillThreshold.Auto,
 		InFlight:        m.inFlight,
 		Sessions:        m.sessions.len(),
+		ActiveSessions:  m.sessions.live(),
+		MaxSessions:     m.sessions.max,
+		SessionsEvicted: m.sessions.evicted,
+		UntrustedPins:   m.untrustedPins,
 		Stayed:          m.stayed,
 		Moved:           m.moved,
 		Unaffined:       m.unaffined,
@@ -107,7 +118,8 @@ func (m *Model) Status() ModelStatus {
 			Index:          i,
 			URL:            r.url,
 			Healthy:        r.healthy,
-			InFlight:       r.inFlight,
+			InFlight:       r.inFlight + r.awaitingBody,
+			AwaitingBody:   r.awaitingBody,
 			Sessions:       m.sessions.pinned[i],
 			ActiveSessions: m.sessions.active[i],
 			Sticky:         r.requests[KindSticky],

@@ -32,6 +32,10 @@ type Options struct {
 	Build BuildInfo
 	// Datapath is the datapath the shims run with (GET /api/v1/warden).
 	Datapath DatapathInfo
+	// AdminToken is what admin writes must carry (serve reads it from
+	// admin_token_file, LoadAdminToken); "": a random one, known to the
+	// process only (AdminToken).
+	AdminToken string
 }
 
 // Warden is the daemon's control plane: the models, the pollers that keep
@@ -50,6 +54,7 @@ type Warden struct {
 	client     *http.Client
 
 	serving atomic.Bool // the frontends listen (readiness)
+	token   string      // the admin token (admin_auth.go)
 
 	mu      sync.Mutex
 	started bool
@@ -79,6 +84,9 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 	}
 	if w.log == nil {
 		w.log = slog.Default()
+	}
+	if w.token = opts.AdminToken; w.token == "" {
+		w.token = newToken()
 	}
 	hasher := NewSessionHasher(cfg.HashKey)
 	for i, mc := range cfg.Models {
@@ -163,8 +171,13 @@ func (w *Warden) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("admin %s: %w", w.cfg.Admin, err)
 		}
+		// A bounded number of admin connections, each with deadlines: a
+		// local user who floods the admin port holds at most these.
+		ln = limitListener(ln, maxAdminConns)
 		w.adminLn = ln
-		w.srv = &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second}
+		w.srv = &http.Server{Handler: w.guard(w.mux), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelDebug)}
 		w.wg.Go(func() {
 			if err := w.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				w.log.Error("admin server", "err", err)
@@ -235,7 +248,9 @@ func (w *Warden) Close() error {
 	var err error
 	if w.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = w.srv.Shutdown(ctx)
+		if err = w.srv.Shutdown(ctx); err != nil {
+			w.srv.Close() // connections still reading a request: closed now
+		}
 		cancel()
 	}
 	w.mu.Unlock()

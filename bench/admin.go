@@ -18,6 +18,7 @@ import (
 type adminClient struct {
 	base   string
 	client *http.Client
+	token  string // the admin token its PUTs carry
 }
 
 // models reads GET /api/v1/models.
@@ -120,11 +121,18 @@ func (a adminClient) put(ctx context.Context, model, what string, body map[strin
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrArmSwitch, err)
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusUnauthorized {
+		resp.Body.Close()
+		return fmt.Errorf("%w: PUT %s: %s: the warden's admin writes need its token (--admin-token-file; docs/admin.md)", ErrArmSwitch, u, resp.Status)
+	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%w: PUT %s: %s: %s", ErrArmSwitch, u, resp.Status, strings.TrimSpace(string(msg)))

@@ -21,8 +21,11 @@ type RealConfig struct {
 	Model  string // model field of requests; "" asks GET /v1/models
 	// Admin is the warden's admin base URL, needed to switch arms; with it
 	// the replica list comes from the admin API when ReplicaMetrics is empty.
-	Admin     string
-	ModelName string // the warden's model to switch ("" = its only model)
+	Admin string
+	// AdminToken is the warden's admin token, which its PUTs need
+	// (agent.ReadAdminToken); "" sends none (a warden refuses the switch).
+	AdminToken string
+	ModelName  string // the warden's model to switch ("" = its only model)
 	// ReplicaMetrics are /metrics URLs (a base URL gets /metrics appended);
 	// one URL may carry several ranks (engine label).
 	ReplicaMetrics []string
@@ -68,7 +71,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 		conns = max(conns, s.Sessions)
 	}
 	r := &realRun{cfg: cfg, client: newHTTPClient(conns), wl: NewWorkloadShape(cfg.Seed, cfg.Workload)}
-	r.admin = adminClient{base: cfg.Admin, client: r.client}
+	r.admin = adminClient{base: cfg.Admin, client: r.client, token: cfg.AdminToken}
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 	s := mustSim(t, 2, sim.ShapePorts, 100)
 	front, w := mustWardenFront(t, s.URLs(), false)
 	rep, err := RunReal(context.Background(), RealConfig{
-		Target: front, API: APIAnthropic, Admin: "http://" + w.AdminAddr(), Steps: Sessions(2),
+		Target: front, API: APIAnthropic, Admin: "http://" + w.AdminAddr(), AdminToken: w.AdminToken(), Steps: Sessions(2),
 		Duration: 30 * time.Second, Arms: mustArms(t, "hash,on"), Seed: 3, Speed: 100,
 	})
 	if err != nil {

@@ -518,6 +518,9 @@ func (k *SkbPath) waitBody(x *l7.Exchange, cc uint64, u *upstreamState, ctl maps
 		} else if time.Since(lastProgress) > x.Idle {
 			return fmt.Errorf("kernel datapath: request body stalled: %w", errIdle)
 		}
+		if !x.BodyDeadline.IsZero() && time.Now().After(x.BodyDeadline) {
+			return fmt.Errorf("kernel datapath: request body not received by its deadline: %w", errIdle)
+		}
 	}
 	x.BodyBytesUp += int64(carried + user)
 	// The carried bytes are on their way through the upstream's psock

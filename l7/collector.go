@@ -16,6 +16,18 @@ var (
 	descShimAnswered = prometheus.NewDesc("lmwarden_shim_answered_total",
 		"Error responses the shim answered itself (400 malformed, 408 slow, 431 oversized head, 502 bad gateway, 503 no healthy replica, 504 replica timeout, 505 HTTP version).",
 		[]string{"model", "code"}, nil)
+	descOpenConns = prometheus.NewDesc("lmwarden_shim_open_connections",
+		"Client connections open now, over every frontend (idle: waiting for a request head).",
+		[]string{"state"}, nil)
+	descConnLimit = prometheus.NewDesc("lmwarden_shim_connection_limit",
+		"The bounds on client connections: total (max_connections) and per client address (max_connections_per_client); 0: none.",
+		[]string{"bound"}, nil)
+	descConnsRefused = prometheus.NewDesc("lmwarden_shim_connections_refused_total",
+		"Client connections refused with 503 at a bound with no idle connection to close instead.",
+		[]string{"bound"}, nil)
+	descConnsShed = prometheus.NewDesc("lmwarden_shim_connections_shed_total",
+		"Idle client connections closed to make room for a new one at a bound (the longest idle first).",
+		[]string{"bound"}, nil)
 	descDatapathBytes = prometheus.NewDesc("lmwarden_datapath_bytes_total",
 		"Body bytes relayed per replica by the datapath (direction up: client to replica; down: replica to client).",
 		[]string{"model", "replica", "direction", "datapath"}, nil)
@@ -33,6 +45,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descShimHeads
 	ch <- descShimAnswered
 	ch <- descDatapathBytes
+	ch <- descOpenConns
+	ch <- descConnLimit
+	ch <- descConnsRefused
+	ch <- descConnsShed
 }
 
 // answeredCodes are the statuses the shim answers itself; each has a
@@ -45,6 +61,23 @@ type replicaCounter interface{ Replicas() int }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	limits := map[*ConnLimits]bool{}
+	for _, s := range c.shims {
+		l := s.opts.Limits
+		if limits[l] {
+			continue
+		}
+		limits[l] = true
+		st := l.Stats()
+		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.Open-st.Idle), "busy")
+		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.Idle), "idle")
+		ch <- prometheus.MustNewConstMetric(descConnLimit, prometheus.GaugeValue, float64(st.Max), "total")
+		ch <- prometheus.MustNewConstMetric(descConnLimit, prometheus.GaugeValue, float64(st.PerClient), "client")
+		for _, b := range limitNames {
+			ch <- prometheus.MustNewConstMetric(descConnsRefused, prometheus.CounterValue, float64(st.Refused[b]), b)
+			ch <- prometheus.MustNewConstMetric(descConnsShed, prometheus.CounterValue, float64(st.Shed[b]), b)
+		}
+	}
 	seen := map[*UserPath]bool{}
 	for _, s := range c.shims {
 		model := s.placer.Name()

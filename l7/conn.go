@@ -26,6 +26,19 @@ type Conn struct {
 	// readAt (the first body byte after a response head; see forward.go).
 	stampRead bool
 	readAt    time.Time
+	// readLimit, if set, bounds every read of the connection however much
+	// progress it makes (a request body's deadline).
+	readLimit time.Time
+}
+
+// readBy is the read deadline of a wait of at most idle: now+idle, or the
+// connection's readLimit if that is sooner.
+func (c *Conn) readBy(idle time.Duration) time.Time {
+	d := time.Now().Add(idle)
+	if !c.readLimit.IsZero() && c.readLimit.Before(d) {
+		return c.readLimit
+	}
+	return d
 }
 
 // NewConn wraps a TCP connection with an empty pending buffer.
@@ -109,9 +122,8 @@ func (c *Conn) copyTo(dst *Conn, n int64, idle time.Duration) (int64, error) {
 		if n >= 0 {
 			step = min(step, n-done)
 		}
-		deadline := time.Now().Add(idle)
-		_ = c.SetReadDeadline(deadline)
-		_ = dst.SetWriteDeadline(deadline)
+		_ = c.SetReadDeadline(c.readBy(idle))
+		_ = dst.SetWriteDeadline(time.Now().Add(idle))
 		m, err := io.CopyN(dst.TCPConn, c.TCPConn, step)
 		done += m
 		if err == io.EOF && n < 0 {

@@ -34,6 +34,27 @@ type Exchange struct {
 	// headAt: when the response head was read (time to first byte, when
 	// no body byte is seen later).
 	headAt time.Time
+
+	// BodyDeadline: the request body must have arrived by then (the
+	// model's body_timeout after the shim began to forward it). The
+	// userspace copy bounds its reads of the client with it; whatever the
+	// datapath, the shim ends an exchange still waiting for its body a
+	// moment later (abort.go).
+	BodyDeadline time.Time
+
+	// began: when the shim placed the request (the stall check's clock).
+	began time.Time
+	// responseBegan: the client has had the response head (the shim wrote
+	// it, or the kernel carried it): an error from here on cuts a stream.
+	responseBegan bool
+	// headCarried: the kernel carried the response head to the client as
+	// the replica wrote it (the shim added nothing to it).
+	headCarried bool
+	// respFrame is where the shim's chunked parser stands in the response
+	// body it relays (respFrameValid: it relays one).
+	respFrame      ChunkedBody
+	respFrameValid bool
+	aborter
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The

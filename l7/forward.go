@@ -3,6 +3,7 @@ package l7
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -20,10 +21,15 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
+	// A body that has not arrived whole with its head does not steer
+	// placement until it has (agent.Request.BodyPending).
+	bodyPending := h.Framing == FramingChunked || (h.Framing == FramingLength && int64(len(client.Pending)) < h.ContentLength)
 	p, wait, err := s.placer.Admit(agent.Request{
 		SessionID:    key.SessionID,
 		PinnedHeader: key.PinnedHeader,
 		PromptBytes:  key.PromptBytes,
+		BodyPending:  bodyPending,
+		Source:       remoteAddr(client.TCPConn),
 		Now:          start,
 	})
 	var parked time.Duration
@@ -57,21 +63,31 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 
 	up, reused, err := s.connect(&p, &released)
 	if err != nil {
-		s.log.Warn("upstream connect failed", "replica", p.Replica, "err", err)
-		s.reject(client, 502, h)
+		s.log.Warn("upstream connect failed", s.replicaAttrs(p.Replica, "err", err)...)
+		s.rejectWhy(client, 502, h, fmt.Sprintf("could not connect to replica %d: %v", p.Replica, err))
 		return false
 	}
 	x := &Exchange{
 		Model: s.placer.Name(), Replica: p.Replica,
-		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout, parked: parked,
+		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout, parked: parked, began: start,
 	}
+	x.setUpstream(up)
+	s.trackExchange(x, true)
 	status, err := s.relay(x, &p, reused)
+	s.trackExchange(x, false)
 	up = x.Upstream // relay may have replaced a dead pooled connection
+	if err != nil && !errors.Is(err, errClientGone) {
+		s.recordCut(x) // before the replica connection closes
+	}
 	if err != nil && status != 0 {
 		// The shim answers the client itself: a kernel datapath must not
 		// carry the replica's answer into it as well (unless it began).
-		if rc, ok := s.dp.(ResponseCarrier); ok && rc.Disarm(x) {
-			status = 0
+		if x.cutRecorded() {
+			if cs, known := x.recordedCut(); known && cs.Began {
+				status, x.responseBegan = 0, true
+			}
+		} else if rc, ok := s.dp.(ResponseCarrier); ok && rc.Disarm(x) {
+			status, x.responseBegan = 0, true
 		}
 	}
 	if err == nil {
@@ -81,17 +97,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		if up != nil {
 			up.Close()
 		}
-		if status != 0 {
-			s.reject(client, status, h)
-		}
-		// Replica trouble is worth a warning; a client that left is not.
-		level := slog.LevelDebug
-		if status >= 500 {
-			level = slog.LevelWarn
-		}
-		if s.log.Enabled(context.Background(), level) {
-			s.log.Log(context.Background(), level, "exchange failed", s.logAttrs(x, p, status, start, err)...)
-		}
+		s.failed(x, p, status, start, err)
 		return false
 	}
 	if x.Response.Reusable {
@@ -110,8 +116,71 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		lingerClose(client)
 		return false
 	}
+	if x.headCarried {
+		// The client has the replica's head as it was, without the
+		// Connection: close a drain that began meanwhile would have
+		// added: it may send its next request, which the drain answers.
+		return h.KeepAlive && x.Response.Framing != FramingClose
+	}
 	return s.clientKeepAlive(h, x.Response)
 }
+
+// failed ends an exchange that failed: the shim's own answer (status), or
+// the API's error event on a stream that was cut on the replica's side,
+// and a log line that says which side failed, naming the replica.
+func (s *Shim) failed(x *Exchange, p agent.Placement, status int, start time.Time, err error) {
+	client, h := x.Client, x.Request
+	gone := errors.Is(err, errClientGone)
+	evented := false
+	switch {
+	case status != 0:
+		s.rejectWhy(client, status, h, s.failureReason(x, status, err))
+	case !gone && x.responseBegan:
+		evented = s.endCutStream(x, err)
+	}
+	ctx := context.Background()
+	switch {
+	case gone || (status != 0 && status < 500 && x.aborted() == notAborted):
+		// A client that left, or sent something wrong, is not the
+		// replica's trouble.
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.Debug("exchange failed on the client's side", s.logAttrs(x, p, status, start, err)...)
+		}
+	case status == 408:
+		s.log.Info("request body not received in time", s.logAttrs(x, p, status, start, err)...)
+	case status != 0:
+		s.log.Warn("exchange failed", s.logAttrs(x, p, status, start, err, "url", s.replicaURL(p.Replica), "cause", cutCause(x, err))...)
+	default:
+		s.log.Warn("response cut on the replica's side", s.logAttrs(x, p, status, start, err,
+			"url", s.replicaURL(p.Replica), "cause", cutCause(x, err), "error_event_sent", evented)...)
+	}
+}
+
+// failureReason says, for the client, why the shim answers status.
+func (s *Shim) failureReason(x *Exchange, status int, err error) string {
+	switch {
+	case x.aborted() == abortUnhealthy:
+		return fmt.Sprintf("replica %d stopped answering (marked unhealthy)", x.Replica)
+	case status == 408:
+		return fmt.Sprintf("the request body did not arrive within %v", s.opts.BodyDeadline)
+	case status == 504:
+		return fmt.Sprintf("replica %d did not answer within %v", x.Replica, s.opts.ResponseTimeout)
+	case status == 502:
+		return fmt.Sprintf("replica %d failed before answering: %v", x.Replica, err)
+	}
+	return ""
+}
+
+// replicaURL is a replica's URL ("" when the placer does not say).
+func (s *Shim) replicaURL(replica int) string {
+	if n, ok := s.placer.(replicaNamer); ok && replica >= 0 {
+		return n.ReplicaURL(replica)
+	}
+	return ""
+}
+
+// bodyArrival is implemented by *agent.Model (agent.Request.BodyPending).
+type bodyArrival interface{ BodyArrived(*agent.Placement) }
 
 // parkedPoll is how often a parked request checks that its client is
 // still there.
@@ -221,6 +290,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		x.Upstream.Close()
 		x.Upstream, err = s.pool.Dial(context.Background(), p.Addr)
 		if err == nil {
+			x.setUpstream(x.Upstream)
 			err = arm()
 		}
 		if err == nil {
@@ -239,10 +309,13 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	if h.Framing == FramingLength {
 		x.Request = withLength(h, h.ContentLength-int64(early))
 	}
-	if err := s.dp.RelayRequestBody(x); err != nil {
+	if err := s.relayRequestBody(x, p); err != nil {
 		x.Request = h
 		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
 			return 400, err // the client's framing is broken
+		}
+		if x.aborted() == abortBody || !time.Now().Before(x.BodyDeadline) {
+			return 408, err // the client's body did not come in time
 		}
 		if !s.answeredEarly(x, armed) {
 			return 502, err
@@ -269,6 +342,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if x.Upstream, err = s.pool.Dial(context.Background(), p.Addr); err != nil {
 			return 502, err
 		}
+		x.setUpstream(x.Upstream)
 		if err = arm(); err != nil {
 			return 502, err
 		}
@@ -286,6 +360,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return 0, errClientGone
 		}
 		if carried {
+			x.responseBegan = true
 			return 0, err // the client has part of the response
 		}
 		if errors.Is(err, ErrHeadTimeout) {
@@ -298,6 +373,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		resp.Reusable = false // the rest of the request never went there
 	}
 	if carried {
+		x.responseBegan, x.headCarried = true, true
 		// The kernel sent the first byte; the datapath says when. (A
 		// read time left on a pooled connection by an earlier exchange
 		// the shim relayed is not this one's.)
@@ -323,8 +399,9 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
 	if err := watch.writeHead(s.opts.BodyTimeout, withParked(clientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
 		watch.stop()
-		return 0, err
+		return 0, errClientGone
 	}
+	x.responseBegan = true
 	x.Idle = s.opts.ResponseTimeout
 	if dechunk {
 		err = relayDechunked(x)
@@ -338,6 +415,40 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		return 0, err
 	}
 	return 0, nil
+}
+
+// relayRequestBody hands the body to the datapath within the body
+// deadline: the userspace copy bounds its reads of the client with it,
+// and whatever the datapath, an exchange still waiting for its body a
+// moment after the deadline is ended (its replica connection closed,
+// which aborts the replica's request). A body that arrives lets the
+// request steer placement from then on.
+func (s *Shim) relayRequestBody(x *Exchange, p *agent.Placement) error {
+	x.BodyDeadline = time.Now().Add(s.opts.BodyDeadline)
+	if x.Request.Framing == FramingNone || (x.Request.Framing == FramingLength && x.Request.ContentLength == 0) {
+		s.bodyArrived(p)
+		return s.dp.RelayRequestBody(x)
+	}
+	x.Client.readLimit = x.BodyDeadline
+	t := time.AfterFunc(s.opts.BodyDeadline+bodyDeadlineSlack, func() { x.abort(abortBody) })
+	err := s.dp.RelayRequestBody(x)
+	t.Stop()
+	x.Client.readLimit = time.Time{}
+	if err == nil {
+		s.bodyArrived(p)
+	}
+	return err
+}
+
+// bodyDeadlineSlack: past the body deadline, how long a datapath that
+// does not read the client itself (the kernel carries the body) has
+// before the shim ends the exchange.
+const bodyDeadlineSlack = 250 * time.Millisecond
+
+func (s *Shim) bodyArrived(p *agent.Placement) {
+	if b, ok := s.placer.(bodyArrival); ok {
+		b.BodyArrived(p)
+	}
 }
 
 // trackArmed records that x may be carried by the datapath (or no longer),
@@ -448,7 +559,7 @@ func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead,
 	for {
 		_ = up.SetReadDeadline(deadline)
 		fresh := len(up.Pending) == 0
-		raw, rest, err := readRawHead(up.TCPConn, up.Pending)
+		raw, rest, err := readRawHead(up.TCPConn, up.Pending, false)
 		if err != nil {
 			if fresh && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)) {
 				err = errNoResponse
@@ -526,35 +637,50 @@ func readable(c *Conn) bool {
 // h is the request answered, nil when its head could not be read; the
 // answer to a HEAD request has no body.
 func (s *Shim) reject(c *Conn, status int, h *Head) {
-	s.rejectAfter(c, status, h, s.opts.RetryAfter)
+	s.rejectAnswer(c, status, h, "", s.opts.RetryAfter)
+}
+
+// rejectWhy is reject with a reason for the client: the body is the API's
+// error JSON on an API path (apierror.go), else plain text.
+func (s *Shim) rejectWhy(c *Conn, status int, h *Head, why string) {
+	s.rejectAnswer(c, status, h, why, s.opts.RetryAfter)
 }
 
 // rejectRetry answers 503 with the Retry-After admission suggests.
 func (s *Shim) rejectRetry(c *Conn, h *Head, after time.Duration) {
-	s.rejectAfter(c, 503, h, after)
+	s.rejectAnswer(c, 503, h, "", after)
 }
 
-// rejectAfter is reject with the Retry-After of a 503.
-func (s *Shim) rejectAfter(c *Conn, status int, h *Head, after time.Duration) {
+// rejectAnswer is reject with a reason and the Retry-After of a 503.
+func (s *Shim) rejectAnswer(c *Conn, status int, h *Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
 	if o, ok := s.placer.(answeredObserver); ok {
 		o.ObserveAnswered(status, time.Now())
 	}
 	text := statusText(status)
-	b := make([]byte, 0, 192)
+	msg := "lmwarden: " + text
+	if why != "" {
+		msg += ": " + why
+	}
+	ctype, body := "text/plain; charset=utf-8", []byte(msg+"\n")
+	if a := shapeOf(h); a != apiNone {
+		ctype, body = "application/json", errorJSON(a, status, msg)
+	}
+	b := make([]byte, 0, 256+len(body))
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, ' ')
 	b = append(b, text...)
-	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"...)
+	b = append(b, "\r\n"...)
+	b = appendHeader(b, "Content-Type", ctype)
+	b = append(b, "Connection: close\r\n"...)
 	if status == 503 {
 		b = appendHeader(b, "Retry-After", strconv.Itoa(int(max(1, after/time.Second))))
 	}
-	b = appendHeader(b, "Content-Length", strconv.Itoa(len(text)+1))
+	b = appendHeader(b, "Content-Length", strconv.Itoa(len(body)))
 	b = append(b, "\r\n"...)
 	if h == nil || h.Method != "HEAD" {
-		b = append(b, text...)
-		b = append(b, '\n')
+		b = append(b, body...)
 	}
 	if _, err := c.WriteAll(time.Second, b); err != nil {
 		return
@@ -593,7 +719,7 @@ func statusText(code int) string {
 
 // logAttrs describes an exchange for the log: never the prompt, never the
 // raw session id (only the model's keyed hash of it).
-func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.Time, err error) []any {
+func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.Time, err error, more ...any) []any {
 	a := []any{
 		"replica", p.Replica, "kind", p.Kind.String(),
 		"session", strconv.FormatUint(p.SessionHash, 16), "method", x.Request.Method,
@@ -603,5 +729,5 @@ func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.T
 	if err != nil {
 		a = append(a, slog.String("err", err.Error()))
 	}
-	return a
+	return append(a, more...)
 }

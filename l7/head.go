@@ -107,7 +107,7 @@ func HeadErrorStatus(err error) int {
 // timeout becomes ErrHeadTimeout. A connection closed before its first byte
 // returns io.EOF, which needs no answer.
 func ReadHead(r io.Reader, pending []byte) (h *Head, rest []byte, err error) {
-	raw, rest, err := readRawHead(r, pending)
+	raw, rest, err := readRawHead(r, pending, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,11 +121,26 @@ func ReadHead(r io.Reader, pending []byte) (h *Head, rest []byte, err error) {
 
 // readRawHead reads until a whole head (through its blank line) is in the
 // buffer and splits it from the bytes after it. It is shared by request and
-// response heads.
-func readRawHead(r io.Reader, pending []byte) (raw, rest []byte, err error) {
+// response heads; a request's first line is judged as soon as it is whole,
+// so a request line no HTTP/1.x head starts with (HTTP/0.9's "GET /", a
+// word of garbage) is refused at once, not at the head timeout.
+func readRawHead(r io.Reader, pending []byte, request bool) (raw, rest []byte, err error) {
 	buf := pending
 	scanned, checked := 0, 0
+	lineChecked := !request
 	for {
+		if !lineChecked {
+			lead := 0
+			for lead+1 < len(buf) && buf[lead] == '\r' && buf[lead+1] == '\n' {
+				lead += 2
+			}
+			if i := bytes.Index(buf[lead:], []byte("\r\n")); i >= 0 {
+				if err := parseRequestLine(string(buf[lead:lead+i]), &Head{}); err != nil {
+					return nil, nil, err
+				}
+				lineChecked = true
+			}
+		}
 		end := headEnd(buf, scanned)
 		// Bytes no head may hold are rejected as soon as they arrive,
 		// not at the head timeout: a bare LF or CR (which ends a line for

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestReadHeadParsesRequestAndKeepsHeaderOrderAndCase(t *testing.T) {
@@ -224,4 +225,24 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	copy(p, c.b[:k])
 	c.b = c.b[k:]
 	return k, nil
+}
+
+// A request line no HTTP/1.x head starts with is refused as soon as it is
+// whole: the reader below would block forever after it.
+func TestRequestLineIsJudgedWhenItEnds(t *testing.T) {
+	for _, line := range []string{"GET /\r\n", "\r\nGET /\r\n", "hello\r\n", "GET / HTTP/2.0\r\n"} {
+		r, w := io.Pipe()
+		go w.Write([]byte(line))
+		done := make(chan error, 1)
+		go func() { _, _, err := ReadHead(r, nil); done <- err }()
+		select {
+		case err := <-done:
+			if HeadErrorStatus(err) == 0 {
+				t.Errorf("%q: %v, want a refusal", line, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%q: ReadHead waits for more", line)
+		}
+		r.Close()
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -42,6 +43,8 @@ func modelConfig(urls ...string) agent.ModelConfig {
 		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
 		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Hour,
 		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
+		// The suite's clients pin replicas from loopback (pin_sources).
+		PinSources: []string{"127.0.0.0/8"},
 	}
 }
 
@@ -71,7 +74,11 @@ func mustShim(tb testing.TB, m Placer, opts Options) (*Shim, string) {
 		tb.Fatal(err)
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		var w io.Writer = io.Discard
+		if os.Getenv("LMWARDEN_TEST_LOG") != "" {
+			w = os.Stderr
+		}
+		opts.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	s := NewShim(m, opts)
 	done := make(chan error, 1)

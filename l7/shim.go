@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,7 +47,21 @@ type Options struct {
 	MaxIdlePerReplica   int           // pooled connections per replica address (32)
 	ShutdownTimeout     time.Duration // Close waits this long for requests in flight (30 s)
 	RetryAfter          time.Duration // Retry-After of a 503 (1 s)
-	Logger              *slog.Logger  // nil: slog.Default()
+	// BodyDeadline: a request body must have arrived whole this long after
+	// the shim began to forward it (60 s), else 408 and the replica's
+	// request is aborted.
+	BodyDeadline time.Duration
+	// StallGrace: an exchange on a replica the placer marked unhealthy
+	// that has sent its client nothing for this long is ended (2 s).
+	StallGrace time.Duration
+	// DrainGrace: on Close, how long an idle keep-alive connection may
+	// still bring its next request (answered with Connection: close)
+	// before it is closed cleanly (1 s, at most half of ShutdownTimeout).
+	DrainGrace time.Duration
+	// Limits bounds client connections (shared by the shims of one
+	// daemon); nil: no bound.
+	Limits *ConnLimits
+	Logger *slog.Logger // nil: slog.Default()
 }
 
 func (o *Options) setDefaults() {
@@ -62,6 +78,12 @@ func (o *Options) setDefaults() {
 	def(&o.UpstreamIdleTimeout, 4*time.Second)
 	def(&o.ShutdownTimeout, 30*time.Second)
 	def(&o.RetryAfter, time.Second)
+	def(&o.BodyDeadline, 60*time.Second)
+	def(&o.StallGrace, 2*time.Second)
+	def(&o.DrainGrace, min(time.Second, o.ShutdownTimeout/2))
+	if o.Limits == nil {
+		o.Limits = NewConnLimits(0, 0)
+	}
 	if o.MaxIdlePerReplica <= 0 {
 		o.MaxIdlePerReplica = 32
 	}
@@ -95,13 +117,24 @@ type Shim struct {
 	pool   *Upstreams
 	log    *slog.Logger
 
-	closing atomic.Bool
-	mu      sync.Mutex
-	lns     map[*net.TCPListener]struct{}
-	conns   map[*Conn]bool         // value: idle (waiting for a request head)
-	armed   map[*Exchange]struct{} // exchanges a ResponseCarrier may carry
-	wg      sync.WaitGroup         // one per connection goroutine
-	stats   stats
+	closing  atomic.Bool
+	mu       sync.Mutex
+	lns      map[*net.TCPListener]struct{}
+	conns    map[*Conn]*connState
+	armed    map[*Exchange]struct{} // exchanges a ResponseCarrier may carry
+	inflight map[*Exchange]struct{} // exchanges placed and not ended (the stall check)
+	drainBy  time.Time              // closing: when idle connections stop waiting
+	wg       sync.WaitGroup         // one per connection goroutine
+	stats    stats
+
+	stallOnce sync.Once
+	stallDone chan struct{}
+}
+
+// connState is what the shim keeps of a client connection.
+type connState struct {
+	idle bool        // waiting for a request head
+	lim  *limitEntry // its place in the connection bounds
 }
 
 // NewShim returns a shim for one model (pass an *agent.Model).
@@ -109,10 +142,12 @@ func NewShim(m Placer, opts Options) *Shim {
 	opts.setDefaults()
 	return &Shim{
 		placer: m, opts: opts, dp: opts.Datapath, pool: opts.Upstreams,
-		log:   opts.Logger.With("model", m.Name()),
-		lns:   map[*net.TCPListener]struct{}{},
-		conns: map[*Conn]bool{},
-		armed: map[*Exchange]struct{}{},
+		log:       opts.Logger.With("model", m.Name()),
+		lns:       map[*net.TCPListener]struct{}{},
+		conns:     map[*Conn]*connState{},
+		armed:     map[*Exchange]struct{}{},
+		inflight:  map[*Exchange]struct{}{},
+		stallDone: make(chan struct{}),
 	}
 }
 
@@ -131,6 +166,7 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
+	s.stallOnce.Do(func() { go s.watchStalls(s.stallDone) })
 	var backoff time.Duration
 	for {
 		c, err := ln.AcceptTCP()
@@ -149,18 +185,53 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 		}
 		backoff = 0
 		cc := NewConn(c)
+		lim, bound := s.opts.Limits.admit(cc, remoteAddr(c))
+		if lim == nil {
+			s.wg.Add(1)
+			go s.refuse(cc, bound)
+			continue
+		}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
+			s.opts.Limits.release(lim)
 			c.Close()
 			return ErrShimClosed
 		}
-		s.conns[cc] = true
+		s.conns[cc] = &connState{idle: true, lim: lim}
+		s.opts.Limits.setIdle(lim, true)
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.stats.conns.Add(1)
 		go s.serveConn(cc)
 	}
+}
+
+// remoteAddr is a connection's client address.
+func remoteAddr(c *net.TCPConn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		a, _ := netip.AddrFromSlice(ta.IP)
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// refuse answers a connection beyond the connection bounds with 503 (its
+// request unread) and closes it.
+func (s *Shim) refuse(c *Conn, bound int) {
+	defer s.wg.Done()
+	defer c.Close()
+	s.stats.countStatus(503)
+	s.log.Debug("connection refused: at the connection bound", "bound", limitNames[bound], "client", c.RemoteAddr().String())
+	text := "lmwarden: too many connections (" + limitNames[bound] + " bound); retry shortly\n"
+	b := "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nRetry-After: " +
+		strconv.Itoa(int(max(1, s.opts.RetryAfter/time.Second))) + "\r\nContent-Length: " + strconv.Itoa(len(text)) + "\r\n\r\n" + text
+	if _, err := c.WriteAll(time.Second, []byte(b)); err != nil {
+		return
+	}
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = io.CopyN(io.Discard, c.TCPConn, 64<<10)
 }
 
 // serveConn serves one client connection request by request; each request
@@ -169,35 +240,47 @@ func (s *Shim) serveConn(c *Conn) {
 	defer func() {
 		c.Close()
 		s.mu.Lock()
+		st := s.conns[c]
 		delete(s.conns, c)
 		s.mu.Unlock()
+		if st != nil {
+			s.opts.Limits.release(st.lim)
+		}
 		s.wg.Done()
 	}()
+	// The first head: its deadline set under the lock (a drain that began
+	// meanwhile bounds it too).
 	headDeadline := time.Now().Add(s.opts.HeadTimeout)
+	s.setIdle(c, true, headDeadline)
 	for first := true; ; first = false {
 		if len(c.Pending) == 0 && !first {
 			// Idle keep-alive: wait for the first byte of the next head.
-			if !s.setIdle(c, true) {
-				return
-			}
-			_ = c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+			drain := s.setIdle(c, true, time.Now().Add(s.opts.IdleTimeout))
 			err := s.waitNextHead(c) // kernel datapath hook: l7/kernel_head.go
-			if !s.setIdle(c, false) || err != nil {
+			s.setIdle(c, false, time.Time{})
+			if err != nil {
+				if !drain.IsZero() && isTimeout(err) {
+					lingerClose(c) // the drain: closed cleanly, nothing was sent
+				}
 				return // closed by the client, idle timeout, or shutdown
 			}
 			headDeadline = time.Now().Add(s.opts.HeadTimeout)
 		} else if !first {
 			headDeadline = time.Now().Add(s.opts.HeadTimeout)
 		}
-		_ = c.SetReadDeadline(headDeadline)
+		if !first {
+			s.setReadDeadline(c, headDeadline)
+		}
 		h, rest, err := s.readHead(c, first) // kernel datapath hook: l7/kernel_head.go
-		if first && !s.setIdle(c, false) {
-			return
+		if first {
+			s.setIdle(c, false, time.Time{})
 		}
 		if err != nil {
-			if status := HeadErrorStatus(err); status != 0 {
+			if status := HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
 				s.log.Debug("bad request head", "status", status, "err", err)
 				s.reject(c, status, nil)
+			} else if status == 408 {
+				lingerClose(c) // drained before it sent a byte
 			}
 			return
 		}
@@ -208,27 +291,71 @@ func (s *Shim) serveConn(c *Conn) {
 	}
 }
 
-// setIdle records whether c waits for a request head; it returns false
-// when the shim is closing (the caller must return, and Close may already
-// have closed c).
-func (s *Shim) setIdle(c *Conn, idle bool) bool {
+// setIdle records whether c waits for a request head. Going idle, it sets
+// c's read deadline to wait (or, while the shim drains, to the drain's end,
+// and then returns that time: zero otherwise): under the lock, so that
+// Close, which bounds the idle connections' deadlines under it too, and
+// this never undo each other.
+func (s *Shim) setIdle(c *Conn, idle bool, wait time.Time) (drain time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing.Load() {
-		return false
+	st := s.conns[c]
+	if st == nil {
+		return time.Time{}
 	}
-	s.conns[c] = idle
-	return true
+	st.idle = idle
+	s.opts.Limits.setIdle(st.lim, idle)
+	if !idle {
+		return time.Time{}
+	}
+	if by := s.drainDeadline(); s.closing.Load() && by.Before(wait) {
+		wait, drain = by, by
+	}
+	_ = c.SetReadDeadline(wait)
+	return drain
 }
 
-// Close shuts the shim down gracefully: it stops accepting, closes idle
-// connections, lets requests in flight finish for up to ShutdownTimeout,
-// then closes whatever is left (ErrShutdownTimeout) and the idle pool.
+// drainDeadline is how long, while the shim drains, a connection that
+// goes idle now may still bring its next request: until the drain's end,
+// and at least DrainGrace from now (a client whose response ended after
+// the drain began, and whose head the kernel carried without a
+// Connection: close, sends its next request at once). Call with mu.
+func (s *Shim) drainDeadline() time.Time {
+	if late := time.Now().Add(s.opts.DrainGrace); late.After(s.drainBy) {
+		return late
+	}
+	return s.drainBy
+}
+
+// setReadDeadline sets c's read deadline, never past the drain's end.
+func (s *Shim) setReadDeadline(c *Conn, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if by := s.drainDeadline(); s.closing.Load() && by.Before(t) {
+		t = by
+	}
+	_ = c.SetReadDeadline(t)
+}
+
+// Close shuts the shim down gracefully: it stops accepting; responses
+// from now on say Connection: close; an idle keep-alive connection may
+// still bring one request within DrainGrace (a client that sent it as the
+// drain began gets its answer, not a reset), after which it is closed
+// cleanly (FIN, then its unread input drained: no reset); requests in
+// flight may finish for up to ShutdownTimeout, then whatever is left is
+// closed (ErrShutdownTimeout), and the idle pool.
 func (s *Shim) Close() error {
 	s.mu.Lock()
 	s.closing.Store(true)
+	s.drainBy = time.Now().Add(s.opts.DrainGrace)
 	for ln := range s.lns {
 		ln.Close()
+	}
+	s.stallOnce.Do(func() {}) // no watcher starts after this
+	select {
+	case <-s.stallDone:
+	default:
+		close(s.stallDone)
 	}
 	armed := make([]*Exchange, 0, len(s.armed))
 	for x := range s.armed {
@@ -245,9 +372,9 @@ func (s *Shim) Close() error {
 	}
 	dis.Wait()
 	s.mu.Lock()
-	for c, idle := range s.conns {
-		if idle {
-			c.Close()
+	for c, st := range s.conns {
+		if st.idle {
+			_ = c.SetReadDeadline(s.drainBy) // its goroutine closes it cleanly then
 		}
 	}
 	s.mu.Unlock()

@@ -19,9 +19,11 @@ type Upstreams struct {
 	maxIdle     int
 	idleTimeout time.Duration
 
-	mu     sync.Mutex
-	idle   map[string][]pooledConn
-	closed bool
+	mu      sync.Mutex
+	idle    map[string][]pooledConn
+	closed  bool
+	janitor sync.Once
+	stop    chan struct{}
 }
 
 type pooledConn struct {
@@ -39,6 +41,7 @@ func NewUpstreams(connectTimeout, idleTimeout time.Duration, maxIdle int) *Upstr
 		maxIdle:     maxIdle,
 		idleTimeout: idleTimeout,
 		idle:        map[string][]pooledConn{},
+		stop:        make(chan struct{}),
 	}
 	u.dialer.SetMultipathTCP(false)
 	return u
@@ -120,18 +123,57 @@ func (u *Upstreams) Put(addr string, c *Conn) {
 		return
 	}
 	now := time.Now()
-	list := u.idle[addr]
-	// Oldest first: drop those past their age, which the replica has
-	// closed by now, so their sockets do not linger in CLOSE_WAIT.
-	var expired []pooledConn
-	for len(list) > 0 && now.Sub(list[0].since) >= u.idleTimeout {
-		expired = append(expired, list[0])
-		list = list[1:]
-	}
-	u.idle[addr] = append(list, pooledConn{c: c, since: now})
+	expired := u.expireLocked(addr, now)
+	u.idle[addr] = append(u.idle[addr], pooledConn{c: c, since: now})
 	u.mu.Unlock()
 	for _, p := range expired {
 		p.c.Close()
+	}
+	u.janitor.Do(func() { go u.sweep() })
+}
+
+// expireLocked takes the connections to addr idle past their age out of
+// the pool (oldest first) and returns them to be closed: the replica has
+// closed them by now, and they would linger in CLOSE_WAIT. Call with mu.
+func (u *Upstreams) expireLocked(addr string, now time.Time) []pooledConn {
+	list := u.idle[addr]
+	n := 0
+	for n < len(list) && now.Sub(list[n].since) >= u.idleTimeout {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	expired := append([]pooledConn(nil), list[:n]...)
+	if n == len(list) {
+		delete(u.idle, addr)
+	} else {
+		u.idle[addr] = list[n:]
+	}
+	return expired
+}
+
+// sweep closes idle connections past their age on a timer, not only when
+// the pool is next used: after a burst, a pool nobody takes from again
+// would otherwise keep its sockets (and the replica's) open.
+func (u *Upstreams) sweep() {
+	t := time.NewTicker(max(u.idleTimeout/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-u.stop:
+			return
+		case now := <-t.C:
+			var expired []pooledConn
+			u.mu.Lock()
+			for addr := range u.idle {
+				expired = append(expired, u.expireLocked(addr, now)...)
+			}
+			u.mu.Unlock()
+			for _, p := range expired {
+				p.c.Close()
+			}
+		}
 	}
 }
 
@@ -146,6 +188,9 @@ func (u *Upstreams) Idle(addr string) int {
 func (u *Upstreams) Close() error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if !u.closed {
+		close(u.stop)
+	}
 	u.closed = true
 	for addr, list := range u.idle {
 		for _, p := range list {

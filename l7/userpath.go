@@ -99,7 +99,8 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 	case FramingLength:
 		n, err = x.Upstream.copyTo(x.Client, x.Response.ContentLength, x.Idle)
 	case FramingChunked:
-		n, err = copyChunked(x.Client, x.Upstream, x, false)
+		x.respFrame, x.respFrameValid = ChunkedBody{}, true
+		n, err = relayChunked(x.Client, x.Upstream, x.Idle, false, true, &x.respFrame)
 	case FramingClose:
 		n, err = x.Upstream.copyTo(x.Client, -1, x.Idle)
 	}
@@ -129,6 +130,13 @@ const spliceChunk = 16 << 10
 // the chunk data is written. Bytes past the body stay in src.Pending.
 func RelayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int64, error) {
 	var p ChunkedBody
+	return relayChunked(dst, src, idle, dechunk, splice, &p)
+}
+
+// relayChunked is RelayChunked with the parser's state in p, where it
+// stands when the relay ends (a cut stream's end is judged from it).
+func relayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool, pp *ChunkedBody) (int64, error) {
+	p := pp
 	var total int64
 	var pieces [][]byte
 	for !p.Done() {
@@ -142,7 +150,7 @@ func RelayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int
 				}
 				continue
 			}
-			_ = src.SetReadDeadline(time.Now().Add(idle))
+			_ = src.SetReadDeadline(src.readBy(idle))
 			if err := src.Fill(); err != nil {
 				if errors.Is(err, io.EOF) {
 					err = io.ErrUnexpectedEOF

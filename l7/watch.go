@@ -89,6 +89,14 @@ func (w *clientWatch) run() {
 	if errors.Is(err, io.EOF) && !w.waitReset() {
 		return // half-closed: served to the end
 	}
+	if !errors.Is(err, io.EOF) && !peerGone(w.client, false) {
+		// An error the client did not cause: a socket in a sockmap can
+		// report the psock's failure to move bytes towards it (EPIPE
+		// when the replica reset mid-stream, measured on 6.18) while
+		// the client is still connected. The exchange ends on its own
+		// error; the client gets its answer.
+		return
+	}
 	w.gone.Store(true)
 	w.onGone()
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lmwarden/lmwarden/bpf"
+	"github.com/lmwarden/lmwarden/internal/safefs"
 )
 
 // DefaultDir is where a warden pins its state.
@@ -40,6 +42,19 @@ type Options struct {
 	// Cgroup is the cgroup v2 directory lmw_pair attaches to (ModeMsg);
 	// the root of the first cgroup2 mount if empty (CgroupRoot).
 	Cgroup string
+	// LockTimeout bounds the wait for another warden's lock on the state
+	// (DefaultLockTimeout if zero; negative: one try).
+	LockTimeout time.Duration
+}
+
+func (o Options) lockTimeout() time.Duration {
+	switch {
+	case o.LockTimeout == 0:
+		return DefaultLockTimeout
+	case o.LockTimeout < 0:
+		return 0
+	}
+	return o.LockTimeout
 }
 
 func (o Options) dir() string {
@@ -108,49 +123,86 @@ var modeLinks = map[Mode][]string{ModeSkb: {pinVerdictLink}, ModeMsg: {pinPairLi
 // maps and links are pinned into a temporary directory next to it, the
 // programs are attached, and only then is the directory renamed into
 // place, so a reader never sees half a state. The returned State holds an
-// exclusive lock on the directory until Close: a second warden gets
-// ErrLocked. A state pinned for the other mode is switched to this one.
+// exclusive lock on the directory until Close: a second warden waits for
+// it up to opts.LockTimeout, then gets ErrLocked with the holder named. A
+// state pinned for the other mode is switched to this one.
+//
+// The directory must be the warden's own (internal/safefs): owned by the
+// effective uid, mode 0700, under directories nobody else can rename it
+// out of; one another user made gets ErrUnsafe, and nothing is built in
+// it. The shared parent is never locked (bpffs's root is mode 1777: any
+// user may open and lock it).
 func Load(opts Options) (*State, error) {
 	dir := opts.dir()
 	if m := opts.mode(); m != ModeSkb && m != ModeMsg {
 		return nil, fmt.Errorf("maps: mode %q: want %q or %q", m, ModeMsg, ModeSkb)
 	}
-	parent := filepath.Dir(dir)
-	if err := checkBPFFS(parent); err != nil {
+	if err := checkBPFFS(filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: memlock: %v", ErrUnsupported, err)
 	}
-	// The parent lock serialises creation against a concurrent Load or
-	// Unload; it is held only for the duration of this call.
-	plock, err := lockDir(parent, true)
-	if err != nil {
-		return nil, err
-	}
-	defer plock.unlock()
-
-	if _, err := os.Stat(dir); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, pinDispatchLink)); err == nil {
-			return adopt(dir, opts)
+	// Another warden (or an unload) may create or remove the directory
+	// between one look and the next: look again, a few times.
+	for try := 1; ; try++ {
+		s, err := loadOnce(dir, opts)
+		if !errors.Is(err, errRaced) || try == 4 {
+			return s, err
 		}
-		// A directory without the last pin create writes: made empty by
-		// root for a warden that runs unprivileged (it may not write the
-		// parent to rename into place), or left by a crash mid-way.
-		// Build the state in place under the directory's lock; pinned
-		// maps already there (sessions) are reused.
-		return createInPlace(dir, opts)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
 	}
-	return create(dir, opts)
 }
 
-func createInPlace(dir string, opts Options) (_ *State, err error) {
-	s := &State{dir: dir, mode: opts.mode()}
-	if s.lock, err = lockDir(dir, false); err != nil {
+// errRaced: the directory changed between the look and the lock.
+var errRaced = errors.New("maps: the state directory changed while it was being opened")
+
+func loadOnce(dir string, opts Options) (*State, error) {
+	f, _, err := safefs.Dir(dir, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return create(dir, opts)
+	}
+	if err != nil {
+		return nil, unsafeErr(err)
+	}
+	lock, err := lockOpen(f, opts.lockTimeout())
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
+	if !samePath(dir, f) {
+		lock.unlock()
+		return nil, errRaced
+	}
+	if _, err := os.Stat(filepath.Join(dir, pinDispatchLink)); err == nil {
+		return adopt(dir, opts, lock)
+	}
+	// A directory without the last pin create writes: made empty for a
+	// warden that runs unprivileged (it may not write the parent to
+	// rename into place), or left by a crash mid-way. Build the state in
+	// place under the directory's lock; pinned maps already there
+	// (sessions) are reused.
+	return createInPlace(dir, opts, lock)
+}
+
+// unsafeErr wraps a refusal of internal/safefs as ErrUnsafe.
+func unsafeErr(err error) error {
+	if errors.Is(err, safefs.ErrUnsafe) {
+		return fmt.Errorf("%w: %v", ErrUnsafe, err)
+	}
+	return err
+}
+
+// samePath reports whether path still names the directory f is open on.
+func samePath(path string, f *os.File) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Lstat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+func createInPlace(dir string, opts Options, lock *dirLock) (_ *State, err error) {
+	s := &State{dir: dir, mode: opts.mode(), lock: lock}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -166,21 +218,28 @@ func createInPlace(dir string, opts Options) (_ *State, err error) {
 }
 
 func create(dir string, opts Options) (_ *State, err error) {
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+"_tmp_")
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+"_tmp_") // mode 0700
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(tmp)
-		}
-	}()
 	s := &State{dir: dir, mode: opts.mode()}
 	defer func() {
 		if err != nil {
 			s.closeObjects()
+			s.lock.unlock()
+			os.RemoveAll(tmp)
 		}
 	}()
+	// The lock goes with the inode through the rename: no other warden
+	// can take the state between the rename and this one's first use.
+	f, _, err := safefs.Dir(tmp, false)
+	if err != nil {
+		return nil, unsafeErr(err)
+	}
+	if s.lock, err = lockOpen(f, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if err := s.loadObjects(tmp); err != nil {
 		return nil, err
 	}
@@ -190,11 +249,11 @@ func create(dir string, opts Options) (_ *State, err error) {
 	if err := chmodPins(tmp); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, err
-	}
-	if s.lock, err = lockDir(dir, false); err != nil {
-		return nil, err
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EPERM) {
+			return nil, errRaced // another one made it meanwhile: adopt or refuse it
+		}
+		return nil, &os.PathError{Op: "rename", Path: tmp, Err: err}
 	}
 	return s, nil
 }
@@ -202,11 +261,8 @@ func create(dir string, opts Options) (_ *State, err error) {
 // adopt reuses a previous warden's pinned maps (sessions included) and
 // points its pinned links at freshly loaded programs; the links of the
 // other mode, if that warden ran it, are detached.
-func adopt(dir string, opts Options) (_ *State, err error) {
-	s := &State{dir: dir, mode: opts.mode(), Reused: true}
-	if s.lock, err = lockDir(dir, false); err != nil {
-		return nil, err
-	}
+func adopt(dir string, opts Options, lock *dirLock) (_ *State, err error) {
+	s := &State{dir: dir, mode: opts.mode(), Reused: true, lock: lock}
 	defer func() {
 		if err != nil {
 			s.Close()

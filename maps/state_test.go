@@ -2,10 +2,14 @@ package maps
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestLoadPinsStateWithPrivateModes(t *testing.T) {
@@ -106,5 +110,134 @@ func TestLoadFillsEmptyDirectoryPreparedByRoot(t *testing.T) {
 	defer s2.Close()
 	if _, err := os.Stat(dir + "/" + pinVerdictLink); err != nil {
 		t.Fatalf("state not built in place: %v", err)
+	}
+}
+
+// statePath is a state directory that does not exist yet, in a parent of
+// mode 1777 like bpffs's root; both go when the test ends.
+func statePath(t *testing.T) string {
+	t.Helper()
+	parent, err := os.MkdirTemp("/sys/fs/bpf", "lmwarden-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		Unload(Options{Dir: parent + "/state"})
+		os.RemoveAll(parent)
+	})
+	return parent + "/state"
+}
+
+func TestLoadDoesNotLockTheSharedParent(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	dir := statePath(t)
+	// Anyone may open a parent of mode 1777 and hold a lock on it.
+	f, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		s, err := Load(Options{Dir: dir})
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Load waits for a lock on the shared parent")
+	}
+}
+
+func TestLoadRefusesADirectoryAnotherUserMade(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(dir string) error
+		want  string
+	}{
+		{"owned by nobody", func(dir string) error {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return err
+			}
+			return os.Chown(dir, 65534, 65534)
+		}, "owned by uid 65534"},
+		{"mode 0755", func(dir string) error { return os.Mkdir(dir, 0o755) }, "mode 0755"},
+		{"a symbolic link", func(dir string) error { return os.Symlink("/sys/fs/bpf", dir) }, "not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := statePath(t)
+			if err := tc.setup(dir); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Load(Options{Dir: dir})
+			if err == nil {
+				s.Close()
+				t.Fatal("Load built its state in a directory that is not its own")
+			}
+			if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load: %v; want ErrUnsafe saying %q", err, tc.want)
+			}
+			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+				return // the link: nothing of ours may be behind it either, but others' things are
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+				t.Errorf("Load left %d entries in the refused directory", len(ents))
+			}
+		})
+	}
+}
+
+func TestLoadRefusesAParentOthersMayRenameIn(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	dir := statePath(t)
+	if err := os.Chmod(filepath.Dir(dir), 0o777); err != nil { // no sticky bit
+		t.Fatal(err)
+	}
+	if s, err := Load(Options{Dir: dir}); err == nil {
+		s.Close()
+		t.Fatal("Load accepted a parent where anyone may rename its directory away")
+	} else if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "sticky") {
+		t.Fatalf("Load: %v; want ErrUnsafe about the sticky bit", err)
+	}
+}
+
+func TestLockTimeoutNamesTheHolder(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	s := mustState(t)
+	start := time.Now()
+	_, err := Load(Options{Dir: s.Dir(), LockTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Load: %v, want ErrLocked", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before the lock timeout", waited)
+	}
+	if want := fmt.Sprintf("pid %d", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("%v: does not name the holder (%s)", err, want)
+	}
+	// Unload waits for the lock the same way.
+	if err := Unload(Options{Dir: s.Dir(), LockTimeout: -1}); !errors.Is(err, ErrLocked) {
+		t.Errorf("Unload of a held state: %v, want ErrLocked", err)
 	}
 }

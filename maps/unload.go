@@ -3,12 +3,12 @@ package maps
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/lmwarden/lmwarden/bpf"
 )
@@ -18,16 +18,17 @@ import (
 // a warden holds the state: stop it first. Nothing pinned is not an error.
 func Unload(opts Options) error {
 	dir := opts.dir()
-	plock, err := lockDir(filepath.Dir(dir), true)
-	if err != nil {
-		return err
-	}
-	defer plock.unlock()
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
-	lock, err := lockDir(dir, false)
 	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	lock, err := lockOpen(f, opts.lockTimeout())
+	if err != nil {
+		f.Close()
 		return err
 	}
 	defer lock.unlock()

@@ -120,13 +120,39 @@
     return res.json();
   }
 
+  // Admin writes need the warden's admin token (docs/admin.md). The page
+  // is read-only until it is given one: the first write the warden refuses
+  // (401) asks for it, and the tab keeps it (sessionStorage: this tab
+  // only, gone when it closes).
+  const TOKEN_KEY = 'lmwarden-admin-token';
+  function adminToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+  }
+  function keepToken(t) {
+    try { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* private mode */ }
+  }
+  let tokenFile = '';
+
   async function setAffinity(model, on) {
-    const res = await fetch('/api/v1/models/' + encodeURIComponent(model) + '/affinity', {
-      method: 'PUT',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ affinity: on }),
-    });
-    if (!res.ok) throw new Error('HTTP ' + res.status + ': ' + (await res.text()).trim());
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const headers = { 'Content-Type': 'application/json' };
+      const tok = adminToken();
+      if (tok) headers.Authorization = 'Bearer ' + tok;
+      const res = await fetch('/api/v1/models/' + encodeURIComponent(model) + '/affinity', {
+        method: 'PUT', headers, body: JSON.stringify({ affinity: on }),
+      });
+      if (res.status === 401) {
+        keepToken('');
+        const where = tokenFile ? `On the warden's host, as root or the warden's user: cat ${tokenFile}` : 'It is in the warden\'s admin_token_file.';
+        const given = window.prompt(`Changing affinity needs the warden's admin token.\n${where}\n\nPaste it (this tab keeps it until it closes), or cancel to stay read-only:`);
+        if (!given || !given.trim()) throw new Error('read-only: no admin token given');
+        keepToken(given.trim());
+        continue;
+      }
+      if (!res.ok) throw new Error('HTTP ' + res.status + ': ' + (await res.text()).trim());
+      return;
+    }
+    throw new Error('the warden refused the admin token');
   }
 
   // ---- tiny DOM helpers -----------------------------------------------------
@@ -385,6 +411,7 @@
 
   async function refreshWarden() {
     const w = await getJSON('/api/v1/warden');
+    tokenFile = w.admin_token_file || tokenFile;
     const dp = document.querySelector('[data-warden="datapath"]');
     const name = (w.datapath && w.datapath.name) || '';
     setText(dp, 'Datapath ' + (name || '–'));

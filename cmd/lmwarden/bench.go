@@ -36,6 +36,7 @@ func (s *stringList) Set(v string) error {
 // steps and the report output.
 type benchFlags struct {
 	target, api, admin, model, modelName string
+	adminTokenFile                       string
 	replicaMetrics                       stringList
 	steps, arms, policies                string
 	duration, timeout, warmup            time.Duration
@@ -61,6 +62,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.target, "target", "", "base URL the sessions talk to: the warden's frontend or a replica (real runs)")
 	fs.StringVar(&f.api, "api", bench.APIAnthropic, "request shape: anthropic (POST /v1/messages) or openai (POST /v1/chat/completions)")
 	fs.StringVar(&f.admin, "admin", "", "the warden's admin URL, to switch arms and list replicas (real runs)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", agent.DefaultAdminTokenFile(), "the warden's admin token, which switching arms needs (readable by the warden's user and root)")
 	fs.StringVar(&f.model, "model", "", "model field of requests (default: the first of GET /v1/models)")
 	fs.StringVar(&f.modelName, "model-name", "", "the warden's model to switch (default: its only model)")
 	fs.Var(&f.replicaMetrics, "replica-metrics", "a replica's /metrics URL (repeat; default: the replicas the admin API lists)")
@@ -235,8 +237,16 @@ func runBench(args []string) error {
 		if set["lb-stats"] {
 			lbLabel = lb.String() // else the warden's (or vLLM's) own setting, unknown here
 		}
+		// With --admin the run switches the warden to each arm and back
+		// through its admin API: writes, which need the warden's token.
+		var token string
+		if f.admin != "" {
+			if token, err = agent.ReadAdminToken(f.adminTokenFile); err != nil {
+				return err
+			}
+		}
 		rep, err = bench.RunReal(ctx, bench.RealConfig{
-			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, ModelName: f.modelName,
+			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, AdminToken: token, ModelName: f.modelName,
 			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms, Seed: f.seed,
 			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lbLabel,
 			Progress: bench.NewProgress(os.Stderr, phases), Workload: shape, MaxContext: f.maxContext,

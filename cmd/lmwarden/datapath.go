@@ -42,8 +42,11 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 	for _, mode := range modes {
 		k, err := loadKernelDatapath(pinDir, mode, log)
 		if err != nil {
-			log.Info("datapath unavailable", "datapath", mode, "err", err)
+			log.Warn("datapath unavailable", "datapath", mode, "err", err)
 			why = append(why, fmt.Errorf("%s: %w", mode, err))
+			if errors.Is(err, maps.ErrLocked) || errors.Is(err, maps.ErrUnsafe) {
+				break // the state directory, not the mode: the next mode would meet it too
+			}
 			continue
 		}
 		reason := fmt.Sprintf("--datapath %s", cfg.Datapath)
@@ -60,7 +63,11 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 	if len(why) > 0 {
 		reason = "auto: no kernel datapath loads here: " + joinReasons(why)
 	}
-	log.Info("datapath: user", "reason", reason)
+	if len(why) > 0 {
+		log.Warn("datapath: user", "reason", reason)
+	} else {
+		log.Info("datapath: user", "reason", reason)
+	}
 	return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}, nil
 }
 

@@ -27,6 +27,8 @@ func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kerne
 	switch {
 	case errors.Is(err, maps.ErrLocked):
 		return nil, fmt.Errorf("%w (another warden holds it, or one is still shutting down)", err)
+	case errors.Is(err, maps.ErrUnsafe):
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("%w (%s)", err, kernelNeeds[mode])
 	}

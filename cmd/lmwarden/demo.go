@@ -114,7 +114,7 @@ func demo(ctx context.Context, w io.Writer, f demoFlags, steps []int, p sim.Prof
 		return err
 	}
 	rep, err := bench.RunReal(ctx, bench.RealConfig{
-		Target: "http://" + front.frontend, API: f.api, Admin: "http://" + front.admin,
+		Target: "http://" + front.frontend, API: f.api, Admin: "http://" + front.admin, AdminToken: front.warden.AdminToken(),
 		Steps: bench.Sessions(steps...), Duration: f.duration, Arms: arms, Seed: f.seed, Speed: f.speed,
 		Profile: p.Name, LBStats: lb.String(), Progress: bench.NewProgress(os.Stderr, len(steps)*2),
 	})

@@ -27,7 +27,7 @@ func TestServeNotifiesReadinessAndLogsJSON(t *testing.T) {
 	}
 	defer conn.Close()
 	frontend, admin := freeAddr(t), freeAddr(t)
-	args := append([]string{"serve", "--listen", frontend, "--admin", admin, "--datapath", "user", "--log-format", "json"},
+	args := append([]string{"serve", "--listen", frontend, "--admin", admin, "--datapath", "user", "--log-format", "json", "--admin-token-file", filepath.Join(t.TempDir(), "admin.token")},
 		replicaFlags(mustServeSim(t, 2))...)
 	cmd := exec.Command(mustServeBinary(t), args...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)

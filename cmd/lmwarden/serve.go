@@ -30,6 +30,7 @@ func runServe(args []string) error {
 	datapath := fs.String("datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
 	pinDir := fs.String("pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
 	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
+	tokenFile := fs.String("admin-token-file", "", "the admin token admin writes need (default: the config's admin_token_file, else "+agent.DefaultAdminTokenFile()+")")
 	var logf logFlags
 	logf.register(fs)
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
@@ -46,6 +47,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	nofile := raiseNoFile(log)
 	dp, err := selectDatapath(cfg, *pinDir, log)
 	if err != nil {
 		return err
@@ -65,7 +67,21 @@ func runServe(args []string) error {
 		}
 	}
 
-	opts := agent.Options{Logger: log, DialContext: dp.pollDial(), Build: buildInfo(), Datapath: dp.info()}
+	var token string
+	if cfg.Admin != "" {
+		path := *tokenFile
+		if path == "" {
+			path = cfg.AdminTokenFile
+		}
+		if path == "" {
+			path = agent.DefaultAdminTokenFile()
+		}
+		if token, err = agent.LoadAdminToken(path); err != nil {
+			return err
+		}
+		cfg.AdminTokenFile = path
+	}
+	opts := agent.Options{Logger: log, DialContext: dp.pollDial(), Build: buildInfo(), Datapath: dp.info(), AdminToken: token}
 	if dp.kern != nil {
 		if err := dp.kern.hashKey(cfg); err != nil {
 			return err
@@ -88,6 +104,8 @@ func runServe(args []string) error {
 
 	// Frontends first: a port that is taken fails the start before anything runs.
 	upstreams := dp.upstreams()
+	limits := l7.NewConnLimits(maxConnections(cfg.MaxConnections, nofile), cfg.MaxConnectionsPerClient)
+	log.Info("connection bounds", "max_connections", limits.Max(), "max_connections_per_client", limits.PerClient())
 	var shims []*l7.Shim
 	serveErr := make(chan error, len(w.Models()))
 	closeShims := func() {
@@ -110,6 +128,7 @@ func runServe(args []string) error {
 		s := l7.NewShim(m, l7.Options{
 			Datapath: dp.Datapath, Upstreams: upstreams, Logger: log,
 			ShutdownTimeout: *shutdown, ResponseTimeout: *responseTimeout,
+			BodyDeadline: cfg.BodyTimeout, Limits: limits,
 		})
 		shims = append(shims, s)
 		go func() { serveErr <- s.Serve(ln) }()
@@ -123,7 +142,7 @@ func runServe(args []string) error {
 		return err
 	}
 	if a := w.AdminAddr(); a != "" {
-		log.Info("admin API", "addr", a)
+		log.Info("admin API", "addr", a, "token_file", cfg.AdminTokenFile)
 	}
 	// Every frontend listens and the admin API answers: ready for
 	// systemd (Type=notify) and for /readyz (which also wants a polled,

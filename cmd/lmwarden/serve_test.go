@@ -84,6 +84,10 @@ func mustServe(tb testing.TB, args ...string) *servedWarden {
 	if !slices.Contains(args, "--datapath") {
 		args = append(args, "--datapath", "user")
 	}
+	// The admin token in the test's own directory, not the host's /run.
+	if !slices.Contains(args, "--admin-token-file") {
+		args = append(args, "--admin-token-file", filepath.Join(tb.TempDir(), "admin.token"))
+	}
 	w := &servedWarden{cmd: exec.Command(mustServeBinary(tb), append([]string{"serve"}, args...)...), exited: make(chan error, 1)}
 	stderr, err := w.cmd.StderrPipe()
 	if err != nil {

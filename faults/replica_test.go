@@ -1,0 +1,129 @@
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/internal/testutil"
+)
+
+// figure logs one measured figure of a test (docs/reliability.md quotes
+// them); `go test -v ./faults/ | grep FIGURE` lists them all.
+func figure(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	tb.Logf("FIGURE %s: %s", tb.Name(), fmt.Sprintf(format, args...))
+}
+
+// datapaths are the datapaths a fault test runs on: the userspace one and
+// both kernel ones.
+var datapaths = []string{"user", "msg", "skb"}
+
+func TestReplicaKilledUnderLoad(t *testing.T) {
+	for _, dp := range datapaths {
+		t.Run(dp, func(t *testing.T) { replicaFault(t, dp, syscall.SIGKILL) })
+	}
+}
+
+func TestReplicaStoppedUnderLoad(t *testing.T) {
+	for _, dp := range datapaths {
+		t.Run(dp, func(t *testing.T) { replicaFault(t, dp, syscall.SIGSTOP) })
+	}
+}
+
+// replicaFault runs sessions streaming turn after turn through the warden,
+// then kills (SIGKILL) or stops (SIGSTOP) one replica while streams are in
+// flight on it. Every stream in flight there must end with the API's own
+// error event within seconds (a killed replica's at once, a stopped one's
+// once the warden has marked it unhealthy), the warden's log must name the
+// replica, and every turn that starts after the fault must be served
+// whole elsewhere.
+func replicaFault(t *testing.T, dp string, sig syscall.Signal) {
+	if !inNetNS(t) {
+		return
+	}
+	reps := startReplicas(t, 4, replicaOpts{Speed: 20, ReplyTokens: 1500})
+	w := startWarden(t, wardenOpts{Datapath: dp})
+	stop := make(chan struct{})
+	results := load(8, 1500, "fault", stop)
+
+	// The victim: a replica with a stream in flight.
+	victim := -1
+	testutil.Eventually(t, 30*time.Second, "streams in flight on a replica", func() bool {
+		for _, r := range w.models(t)[0].Replicas {
+			if r.InFlight > 0 {
+				victim = r.Index
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // let the streams begin
+	onVictim := w.models(t)[0].Replicas[victim].InFlight
+	at := time.Now()
+	reps[victim].signal(t, sig)
+	// Long enough for the warden to mark a stopped replica unhealthy and
+	// end its streams (the suite polls every 100 ms, 3 failures of 500 ms)
+	// and for later turns to land elsewhere.
+	// Turns that start after settle must all be served: a killed replica
+	// refuses connections at once; a stopped one takes placements until
+	// it is marked unhealthy.
+	wait, settle := 6*time.Second, time.Second
+	if sig == syscall.SIGSTOP {
+		wait, settle = 15*time.Second, 5*time.Second
+	}
+	time.Sleep(wait)
+	close(stop)
+	all := results()
+	if sig == syscall.SIGSTOP {
+		reps[victim].signal(t, syscall.SIGCONT)
+	}
+
+	var hit, clean, cut, later, laterFailed int
+	var slowest time.Duration
+	for _, r := range all {
+		inFlightAtFault := r.Start.Before(at) && r.End.After(at)
+		switch {
+		case inFlightAtFault && !r.Complete:
+			hit++
+			took := r.End.Sub(at)
+			slowest = max(slowest, took)
+			if r.ErrEvent != "" {
+				clean++
+			} else {
+				cut++
+				t.Logf("cut without an error event: %v", r)
+			}
+		case r.Start.After(at.Add(settle)):
+			later++
+			if !r.Complete {
+				laterFailed++
+				t.Logf("a later turn failed: %v", r)
+			}
+		}
+	}
+	figure(t, "%v on replica %d with %d streams in flight there: %d streams hit, %d ended with an error event, %d cut, slowest end %v after the fault; %d later turns, %d failed",
+		sig, victim, onVictim, hit, clean, cut, slowest.Round(time.Millisecond), later, laterFailed)
+	if hit == 0 {
+		t.Fatalf("no stream was in flight on replica %d at the fault", victim)
+	}
+	if cut > 0 {
+		t.Errorf("%d of %d streams hit by the fault ended without an error event", cut, hit)
+	}
+	limit := 3 * time.Second
+	if sig == syscall.SIGSTOP {
+		limit = 10 * time.Second // unhealthy after ~1.5 s here, then the stall check
+	}
+	if slowest > limit {
+		t.Errorf("the slowest stream hit ended %v after the fault, want within %v", slowest, limit)
+	}
+	if later == 0 || laterFailed > 0 {
+		t.Errorf("%d of %d turns started after the fault failed", laterFailed, later)
+	}
+	want := fmt.Sprintf("replica=%d", victim)
+	if !strings.Contains(w.out.String(), want) || !strings.Contains(w.out.String(), replicaURL(victim)) {
+		t.Errorf("the warden's log does not name replica %d (%s)", victim, replicaURL(victim))
+	}
+}

@@ -1,0 +1,145 @@
+package l7
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// A response cut in the middle (the replica died, or was ended as stalled
+// on an unhealthy replica) must not look like a short but whole reply.
+// Where the client has a streamed response under way (server-sent events,
+// chunked or delimited by the close) and the bytes it got end between two
+// chunks, the shim sends the API's own error event, then ends the body
+// properly: the SDKs raise it as an error (Anthropic's "event: error",
+// OpenAI's error chunk, the one vLLM itself sends). Elsewhere (the middle
+// of a chunk, a body with a Content-Length) it closes the connection, and
+// the client's HTTP parser reports the body incomplete.
+//
+// Which datapath sent the client its bytes decides who knows where they
+// end: in user mode the shim's own chunked parser; where the kernel
+// carried the response (sk_msg, sk_skb) the kernel's parser, which the
+// datapath reads back after it stopped the kernel (ResponseCutter).
+
+// ResponseCutter is implemented by a kernel Datapath.
+type ResponseCutter interface {
+	// CutResponse stops the kernel from carrying any more of x's response
+	// to the client, waits until what it carried has reached the client's
+	// socket, and says what the client got. known is false when the
+	// kernel did not carry this response's last bytes (the shim relayed
+	// them: its own state holds).
+	CutResponse(x *Exchange) (cs CutState, known bool)
+}
+
+// CutState is what a client got of a response that was cut.
+type CutState struct {
+	Began      bool // the response head reached it
+	Chunked    bool // the body is chunked
+	AtBoundary bool // the bytes it got end between two chunks
+}
+
+// atChunkBoundary reports a parser between two chunks (a chunk may follow).
+func atChunkBoundary(p *ChunkedBody) bool {
+	return p.Phase == ChunkSize && p.Count == 0 && p.Line == 0
+}
+
+// cutState is what the shim itself knows of x's response, with what a
+// kernel datapath says of the bytes it carried.
+func (s *Shim) cutState(x *Exchange) CutState {
+	cs := CutState{Began: x.responseBegan}
+	if x.Response != nil {
+		cs.Chunked = x.Response.Framing == FramingChunked
+	}
+	if x.respFrameValid {
+		cs.AtBoundary = cs.Chunked && atChunkBoundary(&x.respFrame)
+	}
+	if kc, known := x.recordedCut(); known {
+		cs.Began = cs.Began || kc.Began
+		cs.Chunked, cs.AtBoundary = kc.Chunked, kc.AtBoundary
+	}
+	return cs
+}
+
+// recordCut asks a kernel datapath, once, to stop carrying x's response
+// and say where it stands, before x's replica connection closes: closing
+// it drops the kernel's record of the connection.
+func (s *Shim) recordCut(x *Exchange) {
+	c, ok := s.dp.(ResponseCutter)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	if x.cutAsked {
+		x.mu.Unlock()
+		return
+	}
+	x.cutAsked = true
+	x.mu.Unlock()
+	cs, known := c.CutResponse(x)
+	x.mu.Lock()
+	x.cut, x.cutKnown, x.cutDone = cs, known, true
+	x.mu.Unlock()
+}
+
+// recordedCut is what recordCut learnt (known false: nothing, or not yet).
+func (x *Exchange) recordedCut() (CutState, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.cut, x.cutDone && x.cutKnown
+}
+
+// cutRecorded reports whether recordCut ran for x (the kernel is stopped).
+func (x *Exchange) cutRecorded() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.cutDone
+}
+
+// endCutStream ends the client's side of a response that was cut by the
+// replica side (cause), with the API's error event where it can; it
+// reports whether it sent one. The connection closes after it either way.
+func (s *Shim) endCutStream(x *Exchange, cause error) bool {
+	cs := s.cutState(x)
+	a := shapeOf(x.Request)
+	if !cs.Began || a == apiNone || !s.streamed(x, cs) {
+		return false
+	}
+	why := fmt.Sprintf("the stream from replica %d ended early: %s", x.Replica, cutCause(x, cause))
+	ev := errorEvent(a, 502, "lmwarden: "+why+"; the reply is incomplete")
+	var err error
+	switch {
+	case cs.Chunked && cs.AtBoundary:
+		_, err = x.Client.WriteAll(time.Second, chunk(ev), []byte("0\r\n\r\n"))
+	case !cs.Chunked && x.Response != nil && x.Response.Framing == FramingClose:
+		_, err = x.Client.WriteAll(time.Second, ev)
+	default:
+		return false
+	}
+	return err == nil
+}
+
+// streamed reports a response of server-sent events: the head said so, or
+// (a head only the kernel read) a chunked body on a streaming API path:
+// vLLM answers non-streamed requests with a Content-Length.
+func (s *Shim) streamed(x *Exchange, cs CutState) bool {
+	if x.Response != nil && x.Response.Headers != nil {
+		for _, f := range x.Response.Headers {
+			if strings.EqualFold(f.Name, "Content-Type") {
+				return strings.HasPrefix(strings.ToLower(strings.TrimSpace(f.Value)), "text/event-stream")
+			}
+		}
+		return false
+	}
+	return cs.Chunked
+}
+
+// cutCause says why the stream ended, for the client and the log.
+func cutCause(x *Exchange, err error) string {
+	if r := x.aborted(); r != notAborted {
+		return r.String()
+	}
+	if err == nil {
+		return "the replica closed the connection"
+	}
+	return err.Error()
+}
