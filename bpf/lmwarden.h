@@ -222,6 +222,7 @@ struct sock_ctl {
 /* What a REPLY head said (sock_state.head_flags). */
 #define HF_LENGTH 1  /* Content-Length */
 #define HF_CHUNKED 2 /* Transfer-Encoding: chunked */
+#define HF_CONNECTION 4 /* Connection: keep-alive */
 
 #define LMW_MAX_HEAD 4096 /* REPLY: longest response head the kernel carries */
 
@@ -260,7 +261,7 @@ struct sock_state {
 	struct frame fr;  /* the body's framing at seen (frozen at a halt) */
 	__u64 head_len;   /* REPLY: bytes of the response head */
 	__u64 content_length; /* REPLY: its Content-Length (HF_LENGTH) */
-	__u64 first_ns;   /* REPLY: CLOCK_MONOTONIC of the gen's first byte carried */
+	__u64 first_ns;   /* REPLY: CLOCK_MONOTONIC of the gen's first body byte carried */
 	__u64 end_at;     /* REPLY: stream offset one past the response's last
 			   * byte, once the kernel found it */
 	__u32 gen;        /* the sock_ctl gen these counters belong to */

@@ -9,7 +9,10 @@
  *
  * It carries a response only when nothing about it needs the shim: a head
  * of "HTTP/1.1 <status>" with status 200 or more, well-formed fields, no
- * hop-by-hop field, Content-Length (digits) or Transfer-Encoding: chunked
+ * hop-by-hop field but "Connection: keep-alive" (what an HTTP/1.1 client
+ * that keeps its connection, the only kind armed, assumes anyway; vLLM's
+ * server and many others send it), Content-Length (digits) or
+ * Transfer-Encoding: chunked
  * or neither (the end is the replica's close), whole in the response's
  * first message and at most LMW_MAX_HEAD bytes; and only as many bytes as
  * the client's socket can take (sock_ctl.credit). Otherwise it stops
@@ -37,6 +40,7 @@
 #define FIELD_OTHER 0
 #define FIELD_LENGTH 1
 #define FIELD_CHUNKED 2
+#define FIELD_CONNECTION 3 /* only "keep-alive" is carried */
 
 #define LMW_MAX_FIELDS 100 /* l7.MaxHeaderLines */
 
@@ -115,6 +119,8 @@ static __always_inline int field_of(struct reply_ctx *rc)
 			return FIELD_CHUNKED;
 		break;
 	case 10: /* connection, keep-alive */
+		if (c == 'c' && name_is(rc, 0x697463656e6e6f63ULL, 0x6e6fULL, 0))
+			return FIELD_CONNECTION;
 		if (c == 'c' || c == 'k')
 			return -1;
 		break;
@@ -180,6 +186,15 @@ static __always_inline int head_value(struct reply_walk *w, __u8 c)
 		if (c < '0' || c > '9' || w->vpos == 18)
 			return 0;
 		w->cl = w->cl * 10 + (c - '0');
+		w->vpos++;
+		return 1;
+	}
+	if (w->field == FIELD_CONNECTION) {
+		/* "keep-alive", any case: "keep-ali", then "ve" */
+		__u64 want = w->vpos < 8 ? 0x696c612d7065656bULL : 0x6576ULL;
+
+		if (w->vpos >= 10 || lower(c) != ((want >> ((w->vpos & 7) * 8)) & 0xff))
+			return 0;
 		w->vpos++;
 		return 1;
 	}
@@ -268,6 +283,10 @@ static __always_inline void head_byte(struct reply_ctx *rc, __u8 c)
 				if (w->vpos != 7)
 					goto halt;
 				w->hflags |= HF_CHUNKED;
+			} else if (w->field == FIELD_CONNECTION) {
+				if (w->vpos != 10 || (w->hflags & HF_CONNECTION))
+					goto halt;
+				w->hflags |= HF_CONNECTION;
 			}
 			w->hs = HS_LF;
 			return;
@@ -375,6 +394,7 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->head_len = 0;
 		st->head_flags = 0;
 		st->content_length = 0;
+		st->first_ns = 0;
 		if (rs)
 			rs->requests++;
 	}
@@ -418,7 +438,10 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->head_flags = w->hflags;
 		st->content_length = w->cl;
 	}
-	if (st->redirected == 0)
+	/* The first body byte's time (a stream's first event: what the
+	 * client feels as time to first token), not the head's, which a
+	 * replica may send on its own first. */
+	if (!st->first_ns && (st->fr.phase != FR_HEAD || len > w->head_len))
 		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
 	st->seen = o + len;

@@ -11,7 +11,7 @@ import (
 
 // Upstream connections in kernel mode stay in the SOCKHASH from their
 // first exchange until they close, and go back to the shim's pool between
-// exchanges like in user mode (docs/kernel.md, "Pooled upstreams"). Between
+// exchanges like in user mode (docs/kernel.md, "The sk_skb datapath"). Between
 // two exchanges such a socket is in RESPONSE mode with its response done,
 // which the verdict treats as pass mode: the next response head reaches the
 // shim, whichever client it is for. The next exchange re-arms it (a new

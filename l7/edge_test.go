@@ -560,7 +560,7 @@ func TestClientAbortMidStreamAbortsTheReplicaRequest(t *testing.T) {
 	for _, maxTokens := range []int{4000, 4000} { // twice: the replica is usable after
 		before := sv.Stats(0).GenerationTokens
 		c := mustDial(t, addr)
-		c.send(t, messagesRequestN("abort", []string{"tell a long story"}, "", maxTokens))
+		c.send(t, longStreamRequest("abort", []string{"tell a long story"}, "", maxTokens))
 		resp, err := readResponse(c)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("status %v err %v", resp, err)
@@ -728,7 +728,7 @@ func TestAbusiveClientsLeaveNothingBehind(t *testing.T) {
 	ka.response(t)
 	for range 2 { // streams aborted, with a FIN and with a reset
 		c := dial()
-		c.send(t, messagesRequestN("abuse", []string{"a long story"}, "", 4000))
+		c.send(t, longStreamRequest("abuse", []string{"a long story"}, "", 4000))
 		resp, err := readResponse(c)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("status %v err %v", resp, err)
@@ -779,7 +779,7 @@ func TestManyConcurrentClientsAreAllServedAndCounted(t *testing.T) {
 			for turn := range turns {
 				if k%4 == 3 && turn == turns-1 {
 					// A quarter of them leave in the middle of their last stream.
-					io.WriteString(c, messagesRequestN(session, []string{"a long story"}, "", 4000))
+					io.WriteString(c, longStreamRequest(session, []string{"a long story"}, "", 4000))
 					resp, err := http.ReadResponse(cl.r, nil)
 					if err == nil {
 						_, err = io.ReadAtLeast(resp.Body, make([]byte, 8), 1)
@@ -882,7 +882,7 @@ func TestClientsClosingForGoodAreStillNoticed(t *testing.T) {
 	}
 	for _, version := range []string{"HTTP/1.1", "HTTP/1.0"} {
 		c := mustDial(t, addr)
-		c.send(t, strings.Replace(messagesRequestN("gone", []string{"a long story"}, "", 4000), "HTTP/1.1", version, 1))
+		c.send(t, strings.Replace(longStreamRequest("gone", []string{"a long story"}, "", 4000), "HTTP/1.1", version, 1))
 		resp, err := readResponse(c)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("status %v err %v", resp, err)

@@ -10,15 +10,16 @@ import (
 // (kernel_*_test.go) are an external test package and reach the shim
 // suite's helpers through these.
 var (
-	MustSim          = mustSim
-	ModelConfig      = modelConfig
-	MustModel        = mustModel
-	MustShim         = mustShim
-	WaitInFlight     = waitInFlight
-	MessagesRequest  = messagesRequest
-	MessagesRequestN = messagesRequestN
-	RequestsDone     = requestsDone
-	RawUpstream      = rawUpstream
+	MustSim           = mustSim
+	ModelConfig       = modelConfig
+	MustModel         = mustModel
+	MustShim          = mustShim
+	WaitInFlight      = waitInFlight
+	MessagesRequest   = messagesRequest
+	MessagesRequestN  = messagesRequestN
+	LongStreamRequest = longStreamRequest
+	RequestsDone      = requestsDone
+	RawUpstream       = rawUpstream
 )
 
 // Client is a raw client connection of the tests (mustDial).

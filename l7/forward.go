@@ -374,11 +374,14 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	if carried {
 		x.responseBegan, x.headCarried = true, true
-		// The kernel sent the first byte; the datapath says when.
+		// The kernel sent the first byte; the datapath says when. (A
+		// read time left on a pooled connection by an earlier exchange
+		// the shim relayed is not this one's.)
 		x.headAt = x.FirstByteAt
 		if x.headAt.IsZero() {
 			x.headAt = time.Now()
 		}
+		x.Upstream.stampRead, x.Upstream.readAt = false, time.Time{}
 		if watch.stop() {
 			return 0, errClientGone
 		}

@@ -159,6 +159,18 @@ func messagesRequest(session string, turns []string, extra string) string {
 
 // messagesRequestN is messagesRequest with max_tokens.
 func messagesRequestN(session string, turns []string, extra string, maxTokens int) string {
+	return messagesRequestBody(session, turns, extra, map[string]any{"max_tokens": maxTokens})
+}
+
+// longStreamRequest asks for a stream of exactly maxTokens tokens
+// (ignore_eos: the simulator otherwise ends at a reply length of its own,
+// often a few hundred tokens, which a test about a stream cut mid-way
+// would race: the replica could be done before the client leaves).
+func longStreamRequest(session string, turns []string, extra string, maxTokens int) string {
+	return messagesRequestBody(session, turns, extra, map[string]any{"max_tokens": maxTokens, "ignore_eos": true})
+}
+
+func messagesRequestBody(session string, turns []string, extra string, sampling map[string]any) string {
 	msgs := make([]map[string]string, len(turns))
 	for i, t := range turns {
 		role := "user"
@@ -167,9 +179,11 @@ func messagesRequestN(session string, turns []string, extra string, maxTokens in
 		}
 		msgs[i] = map[string]string{"role": role, "content": t}
 	}
-	body, _ := json.Marshal(map[string]any{
-		"model": "qwen3-4b", "max_tokens": maxTokens, "stream": true, "messages": msgs,
-	})
+	req := map[string]any{"model": "qwen3-4b", "stream": true, "messages": msgs}
+	for k, v := range sampling {
+		req[k] = v
+	}
+	body, _ := json.Marshal(req)
 	h := "POST /v1/messages HTTP/1.1\r\nHost: warden\r\nContent-Type: application/json\r\n"
 	if session != "" {
 		h += "X-Claude-Code-Session-Id: " + session + "\r\n"

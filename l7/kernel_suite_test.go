@@ -51,7 +51,7 @@ func init() {
 // must pass with every datapath. Skipped over sk_skb: the replay of a
 // request whose pooled connection the replica closed unanswered (that
 // datapath's kernel carried the body, so the shim cannot send it again;
-// docs/kernel.md, "The sk_skb fallback").
+// docs/kernel.md, "The sk_skb datapath").
 func TestShimSuiteOverKernelDatapaths(t *testing.T) {
 	mapstest.RequireBPF(t)
 	if os.Getenv(suiteDatapathEnv) != "" || mapstest.Inside() {

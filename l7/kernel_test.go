@@ -145,7 +145,7 @@ func TestKernelClientAbortLeavesNoSocketInMap(t *testing.T) {
 		m := l7.MustModel(t, l7.ModelConfig(sv.URLs()...))
 		_, addr := l7.MustShim(t, m, kernelOptions(p))
 		c := l7.MustDial(t, addr)
-		c.Send(t, l7.MessagesRequestN("b", []string{"tell a long story"}, "", 4000))
+		c.Send(t, l7.LongStreamRequest("b", []string{"tell a long story"}, "", 4000))
 		resp, err := c.ReadResponse()
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("status %v err %v", resp, err)
@@ -387,5 +387,60 @@ func TestKernelHalfClosedClientBodyReachesUpstreamIntact(t *testing.T) {
 			t.Fatalf("status %d body %q", resp.StatusCode, answer)
 		}
 		l7.WaitInFlight(t, m)
+	})
+}
+
+// TestKernelCarriesConnectionKeepAliveHeadsOnly: over sk_msg, a response
+// head with "Connection: keep-alive" (vLLM's server and lmwarden sim send
+// it) is carried by the kernel as it is, since the only clients armed are
+// HTTP/1.1 ones that keep their connection; any other Connection value,
+// a repeated one, or a Keep-Alive field is the shim's to rewrite. Every
+// answer reaches the client whole either way.
+func TestKernelCarriesConnectionKeepAliveHeadsOnly(t *testing.T) {
+	forEachKernel(t, func(t *testing.T, p *kernel.Path) {
+		if p.State.Mode() != maps.ModeMsg {
+			return // sk_skb never carries a response head
+		}
+		heads := []struct {
+			fields  string
+			carried bool
+		}{
+			{"Connection: keep-alive\r\n", true},
+			{"connection:  Keep-Alive \r\n", true},
+			{"Connection: close\r\n", false},
+			{"Connection: keep-alive, Upgrade\r\n", false},
+			{"Connection: keep-alive\r\nConnection: keep-alive\r\n", false},
+			{"Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n", false},
+		}
+		for _, h := range heads {
+			t.Run(strings.TrimSpace(h.fields), func(t *testing.T) {
+				up := l7.RawUpstream(t, func(c net.Conn) {
+					for {
+						if _, _, err := l7.ReadHead(c, nil); err != nil {
+							return
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\n"+h.fields+"Content-Length: 5\r\n\r\nhello")
+					}
+				})
+				m := l7.MustModel(t, l7.ModelConfig(up))
+				_, addr := l7.MustShim(t, m, kernelOptions(p))
+				before := kernelCounts(p)
+				c := l7.MustDial(t, addr)
+				for range 2 { // keep-alive: the client connection stays in step
+					c.Send(t, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+					if resp, body := c.Response(t); resp.StatusCode != 200 || body != "hello" {
+						t.Fatalf("status %d body %q", resp.StatusCode, body)
+					}
+				}
+				l7.WaitInFlight(t, m)
+				var kern uint64
+				for k, c := range kernelCounts(p) {
+					kern += c.KernelBytes - before[k].KernelBytes
+				}
+				if carried := kern > 0; carried != h.carried {
+					t.Fatalf("carried by the kernel: %v (%d bytes), want %v", carried, kern, h.carried)
+				}
+			})
+		}
 	})
 }

@@ -314,7 +314,7 @@ func TestClientAbortReleasesInFlight(t *testing.T) {
 
 	// Abort in the middle of a long stream from the simulator.
 	c = mustDial(t, addr)
-	c.send(t, messagesRequestN("b", []string{"tell a long story"}, "X-Warden-Replica: 1\r\n", 4000))
+	c.send(t, longStreamRequest("b", []string{"tell a long story"}, "X-Warden-Replica: 1\r\n", 4000))
 	resp, err := readResponse(c)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("status %v err %v", resp, err)

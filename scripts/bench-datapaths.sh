@@ -8,6 +8,7 @@
 #
 #   scripts/bench-datapaths.sh            # 5 rounds (60 requests with one stream, 320 with 32)
 #   N=10 scripts/bench-datapaths.sh       # rounds
+#   LMWARDEN_BENCH_PATHS=direct,msg LMWARDEN_BENCH_KEEPALIVE_1=1 scripts/bench-datapaths.sh  # for a profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -25,4 +26,4 @@ if ((${#need[@]})); then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 n=${N:-5}
-unshare -n sh -c "ip link set lo up && go test -run '^\$' -bench Datapaths -benchtime ${n}x -timeout 60m ./cmd/lmwarden/"
+unshare -n sh -c "ip link set lo up && LMWARDEN_BENCH_ROUNDS=$n go test -run '^\$' -bench Datapaths -benchtime 1x -timeout 60m ./cmd/lmwarden/"

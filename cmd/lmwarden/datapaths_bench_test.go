@@ -30,7 +30,9 @@ import (
 // streams 256 SSE events 1 ms apart (a replica's tokens); nginx, HAProxy
 // and each warden run as processes of their own. Every path runs with a
 // new connection per request (fresh) and with keep-alive connections,
-// with 1 and with 32 streams at once. b.N is the number of rounds; each
+// with 1 and with 32 streams at once. LMWARDEN_BENCH_ROUNDS (default 1)
+// times b.N is the number of rounds (the count is not b.N alone: with
+// -benchtime Nx, go test runs the benchmark once with b.N = 1 first); each
 // round runs every path and setting in turn (so that other load on a
 // shared machine spreads over all of them), perRound requests each.
 //
@@ -79,7 +81,11 @@ func BenchmarkDatapaths(b *testing.B) {
 	if os.Getenv("LMWARDEN_BENCH_KEEPALIVE_1") != "" { // for profiles: one setting
 		keeps, streamss = []bool{true}, []int{1}
 	}
-	for range b.N {
+	rounds := b.N
+	if r, err := strconv.Atoi(os.Getenv("LMWARDEN_BENCH_ROUNDS")); err == nil && r > 0 {
+		rounds *= r
+	}
+	for range rounds {
 		for _, keep := range keeps {
 			for _, streams := range streamss {
 				for _, p := range paths {
@@ -118,7 +124,7 @@ func BenchmarkDatapaths(b *testing.B) {
 		}
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "\n%d requests per path and setting (%d rounds)\n", len(results[order[0]].samples), b.N)
+	fmt.Fprintf(&t, "\n%d requests per path and setting (%d rounds)\n", len(results[order[0]].samples), rounds)
 	fmt.Fprintf(&t, "| path | conns | streams | TTFB p50 | added | TTFB p99 | stream p50 | delay | CPU/req ours | added | CPU/GB ours | CPU/req machine |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		r, d := rows[k], rows[key{"direct", k.keep, k.streams}]
