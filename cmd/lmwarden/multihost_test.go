@@ -415,29 +415,36 @@ func TestMultiHostGoals(t *testing.T) {
 }
 
 // pinProbe places conversations through the picker until one is pinned to
-// host vi, and returns its session id. The picks are held until then, so
-// that the least loaded host changes from one to the next.
+// host vi, and returns its session id. The picks of a round are held until
+// it ends, so that the least loaded host changes from one to the next; the
+// rounds go on until the picker takes the host (its replicas have just been
+// restarted: it may not be ready at the picker yet).
 func pinProbe(t *testing.T, reg *picker.Registry, vi int) string {
 	t.Helper()
-	var held []*picker.Pick
-	defer func() {
-		for _, p := range held {
-			reg.Done(p)
+	probe, n := "", 0
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("a conversation placed on host %d", vi+1), func() bool {
+		var held []*picker.Pick
+		defer func() {
+			for _, p := range held {
+				reg.Done(p)
+			}
+		}()
+		for range 16 {
+			id := fmt.Sprintf("multihost-probe-%d", n)
+			n++
+			p, err := reg.Pick(picker.Request{SessionID: id, Now: time.Now()})
+			if err != nil {
+				return false
+			}
+			held = append(held, p)
+			if p.Host == vi {
+				probe = id
+				return true
+			}
 		}
-	}()
-	for i := range 64 {
-		id := fmt.Sprintf("multihost-probe-%d", i)
-		p, err := reg.Pick(picker.Request{SessionID: id, Now: time.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, p)
-		if p.Host == vi {
-			return id
-		}
-	}
-	t.Fatalf("no conversation of 64 was placed on host %d", vi+1)
-	return ""
+		return false
+	})
+	return probe
 }
 
 // sendProbe sends one turn of the conversation id through the gateway and
