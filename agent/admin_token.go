@@ -99,6 +99,9 @@ func readToken(r io.Reader, path string) (string, error) {
 	if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
 		return "", fmt.Errorf("admin token %s: want one line of at least %d characters (remove the file: the warden makes a new one)", path, minTokenLen)
 	}
+	if strings.Count(tok, tok[:1]) == len(tok) {
+		return "", fmt.Errorf("admin token %s: a placeholder (one character repeated): put a token of your own there (openssl rand -hex 32), or remove the file and the warden makes one", path)
+	}
 	return tok, nil
 }
 

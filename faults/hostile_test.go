@@ -202,8 +202,15 @@ func TestFreshSessionFloodDoesNotMoveOthers(t *testing.T) {
 		placed[w.sessionReplica(t, id)]++
 	}
 	figure(t, "%d fresh sessions pinned to replica 0: loads %s; 12 new sessions placed %v", flood, strings.Join(loads, "/"), placed)
-	if placed[0] == 0 {
-		t.Errorf("no new session went to replica 0 after the flood (placed %v)", placed)
+	// The flood must not have made replica 0 look busier than the others
+	// (before: 698 against about 196, and no new session went there).
+	var others float64
+	for _, r := range m.Replicas[1:] {
+		others += r.Load
+	}
+	others /= float64(len(m.Replicas) - 1)
+	if r0 := m.Replicas[0].Load; r0 > 1.2*others+1 {
+		t.Errorf("after the flood replica 0's load is %.0f against %.0f on the others (placed %v)", r0, others, placed)
 	}
 }
 

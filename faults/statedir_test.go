@@ -156,7 +156,8 @@ func TestLockedStateNamesItsHolder(t *testing.T) {
 	}
 	startReplicas(t, 2, replicaOpts{})
 	w := startWarden(t, wardenOpts{Replicas: 2, Datapath: "msg"})
-	second := startProc(t, "second warden", "serve", "--config", w.config, "--datapath", "msg", "--pin-dir", w.opts.PinDir, "--admin", "127.0.0.1:9101", "--listen", "127.0.0.1:8001")
+	second := startProc(t, "second warden", "serve", "--config", w.config, "--datapath", "msg", "--pin-dir", w.opts.PinDir, "--admin", "127.0.0.1:9101", "--listen", "127.0.0.1:8001",
+		"--admin-token-file", filepath.Join(t.TempDir(), "admin.token"))
 	start := time.Now()
 	err := second.wait(t, 60*time.Second)
 	took := time.Since(start)

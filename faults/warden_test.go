@@ -121,6 +121,10 @@ func (w *warden) restart(tb testing.TB) *warden {
 	if w.opts.PinDir != "" {
 		args = append(args, "--pin-dir", w.opts.PinDir)
 	}
+	if !strings.Contains(w.opts.Extra, "admin_token_file") {
+		// The admin token in the test's own directory, not the host's /run.
+		args = append(args, "--admin-token-file", filepath.Join(filepath.Dir(w.config), "admin.token"))
+	}
 	args = append(args, w.opts.Args...)
 	w.proc = startProc(tb, "warden", args...)
 	if w.opts.NoWait {

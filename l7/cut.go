@@ -1,8 +1,11 @@
 package l7
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -138,8 +141,13 @@ func cutCause(x *Exchange, err error) string {
 	if r := x.aborted(); r != notAborted {
 		return r.String()
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		return "the replica closed the connection"
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return "the replica closed the connection in the middle of the response"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the replica reset the connection"
 	}
 	return err.Error()
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -174,7 +175,8 @@ func startNetHosts(t *testing.T, n int) []*netHost {
 		mustRun(t, "ip", "-n", h.ns, "link", "set", "eth0", "up")
 		mustRun(t, "ip", "-n", h.ns, "link", "set", "lo", "up")
 		h.startSim(t)
-		args := []string{"serve", "--listen", "0.0.0.0:" + mhFrontendPort, "--admin", "0.0.0.0:" + mhAdminPort, "--datapath", "user", "--log-level", "warn"}
+		args := []string{"serve", "--listen", "0.0.0.0:" + mhFrontendPort, "--admin", "0.0.0.0:" + mhAdminPort, "--datapath", "user", "--log-level", "warn",
+			"--admin-token-file", filepath.Join(t.TempDir(), "admin.token")} // not the host's /run
 		for r := range mhReplicas {
 			args = append(args, "--replica", fmt.Sprintf("http://127.0.0.1:%d", 8100+r))
 		}

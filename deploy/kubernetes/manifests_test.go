@@ -229,6 +229,24 @@ func TestWardenDaemonSet(t *testing.T) {
 	if !strings.Contains(text, "hash_key_file: "+inFile) {
 		t.Fatalf("the config's hash_key_file is not the Secret's %s", inFile)
 	}
+	// The admin token: the Secret's admin-token, mounted alone (subPath)
+	// where admin_token_file says, and refused while it is the placeholder.
+	tokenFile := ""
+	for _, vm := range c.VolumeMounts {
+		if vm.Name == "session-key" && vm.SubPath == "admin-token" {
+			tokenFile = vm.MountPath
+		}
+	}
+	if tokenFile == "" || !strings.Contains(text, "admin_token_file: "+tokenFile) {
+		t.Errorf("the config's admin_token_file is not the Secret's admin-token mounted with subPath (%q)", tokenFile)
+	}
+	placeholder := filepath.Join(tmp, "admin.token")
+	if err := os.WriteFile(placeholder, []byte(m.secrets[0].StringData["admin-token"]), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.LoadAdminToken(placeholder); err == nil || !strings.Contains(err.Error(), "placeholder") {
+		t.Errorf("the warden takes the Secret's placeholder admin token: %v", err)
+	}
 	cfg, err := agent.ParseConfig([]byte(strings.ReplaceAll(text, inFile, filepath.Join(tmp, "hash-key"))))
 	if err != nil {
 		t.Fatalf("the warden refuses its config: %v", err)
