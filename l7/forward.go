@@ -411,7 +411,10 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	} else {
 		err = s.dp.RelayResponseBody(x)
 	}
-	if watch.stop() {
+	// A relay that failed on a client socket the client reset may return
+	// before the watch has read that reset: the client left, the replica
+	// did nothing wrong.
+	if watch.stop() || (err != nil && peerGone(client, true)) {
 		return 0, errClientGone
 	}
 	if err != nil {
