@@ -13,11 +13,18 @@ import (
 // bytes reach a socket through a per-socket worker (the psock backlog), so
 // this is how the shim learns they have landed before it writes itself.
 func written(c *net.TCPConn) (uint64, error) {
+	n, _, err := writtenState(c)
+	return n, err
+}
+
+// writtenState is written with the socket's TCP state.
+func writtenState(c *net.TCPConn) (uint64, uint8, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var n uint64
+	var state uint8
 	var gerr error
 	err = raw.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
@@ -30,28 +37,41 @@ func written(c *net.TCPConn) (uint64, error) {
 			gerr = err
 			return
 		}
-		n = info.Bytes_acked + uint64(outq)
+		n, state = info.Bytes_acked+uint64(outq), info.State
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return n, gerr
+	return n, state, gerr
 }
 
-var errDrainTimeout = errors.New("kernel: redirected bytes were not delivered in time")
+var (
+	errDrainTimeout = errors.New("kernel: redirected bytes were not delivered in time")
+	// errPeerClosed: the socket closed (the peer reset it, say a client
+	// that left mid-stream) before the redirected bytes reached it; they
+	// never will (its send queue was dropped).
+	errPeerClosed = errors.New("kernel: socket closed before the redirected bytes reached it")
+)
 
 // waitWritten waits until at least want bytes were queued on c, so that
-// bytes the shim writes next cannot overtake bytes the kernel carried.
+// bytes the shim writes next cannot overtake bytes the kernel carried. It
+// fails at once when c has closed: a peer that reset it (a client that
+// left while the kernel still had bytes on their way to it) stops the
+// psock's worker, so the count would never be reached, and the exchange
+// waiting here would stay in flight for the whole timeout.
 func waitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	pause := 20 * time.Microsecond
 	for {
-		n, err := written(c)
+		n, state, err := writtenState(c)
 		if err != nil {
 			return err
 		}
 		if n >= want {
 			return nil
+		}
+		if state == unix.BPF_TCP_CLOSE {
+			return errPeerClosed
 		}
 		if time.Now().After(deadline) {
 			return errDrainTimeout

@@ -50,6 +50,11 @@ type Exchange struct {
 	// headCarried: the kernel carried the response head to the client as
 	// the replica wrote it (the shim added nothing to it).
 	headCarried bool
+	// keepAliveSent: the head the shim wrote let the client keep its
+	// connection (no Connection: close). A drain that begins while the
+	// body is relayed does not take that back: the client may already be
+	// sending its next request, which the drain answers.
+	keepAliveSent bool
 	// respFrame is where the shim's chunked parser stands in the response
 	// body it relays (respFrameValid: it relays one).
 	respFrame      ChunkedBody

@@ -818,6 +818,33 @@ func TestManyConcurrentClientsAreAllServedAndCounted(t *testing.T) {
 	}
 }
 
+// TestClientLeavingAfterTheWholeStreamWasSentIsCounted: a client reads
+// the start of a long stream and leaves (a close with unread data: a
+// reset) only after the replica has sent all of it. With sk_skb the
+// kernel has by then queued the body towards the client and passed its
+// last segment to the shim, which waits for the queued bytes to land
+// before it writes that tail; the reset drops them, and the exchange must
+// end then, not stay in flight until the response timeout.
+func TestClientLeavingAfterTheWholeStreamWasSentIsCounted(t *testing.T) {
+	sv := mustSim(t, 1, sim.ShapePorts)
+	m := mustModel(t, modelConfig(sv.URLs()...))
+	_, addr := mustShim(t, m, Options{})
+	for i := range 3 {
+		cl := mustDial(t, addr)
+		io.WriteString(cl, longStreamRequest(fmt.Sprint("leaves-late-", i), []string{"a long story"}, "", 4000))
+		resp, err := http.ReadResponse(cl.r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAtLeast(resp.Body, make([]byte, 8), 1); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the replica to send the whole stream", func() bool { return simIdle(sv, 1) })
+		cl.Close()
+		waitInFlight(t, m)
+	}
+}
+
 func TestHalfClosedClientsStillGetTheirAnswer(t *testing.T) {
 	if _, user := defaultDatapath().(*UserPath); !user {
 		// The kernel datapath fails about one exchange in 200 here: a FIN

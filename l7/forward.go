@@ -122,7 +122,10 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		// added: it may send its next request, which the drain answers.
 		return h.KeepAlive && x.Response.Framing != FramingClose
 	}
-	return s.clientKeepAlive(h, x.Response)
+	// What the head told the client, not the shim's state now: closing a
+	// connection whose client was told it stays open races its next
+	// request (a close before an answer).
+	return x.keepAliveSent
 }
 
 // failed ends an exchange that failed: the shim's own answer (status), or
@@ -401,14 +404,17 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		watch.stop()
 		return 0, errClientGone
 	}
-	x.responseBegan = true
+	x.responseBegan, x.keepAliveSent = true, keep
 	x.Idle = s.opts.ResponseTimeout
 	if dechunk {
 		err = relayDechunked(x)
 	} else {
 		err = s.dp.RelayResponseBody(x)
 	}
-	if watch.stop() {
+	// A relay that failed on a client socket the client reset may return
+	// before the watch has read that reset: the client left, the replica
+	// did nothing wrong.
+	if watch.stop() || (err != nil && peerGone(client, true)) {
 		return 0, errClientGone
 	}
 	if err != nil {

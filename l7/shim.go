@@ -258,12 +258,15 @@ func (s *Shim) serveConn(c *Conn) {
 			drain := s.setIdle(c, true, time.Now().Add(s.opts.IdleTimeout))
 			err := s.waitNextHead(c) // kernel datapath hook: l7/kernel_head.go
 			s.setIdle(c, false, time.Time{})
-			if err != nil {
+			if err != nil && !(!drain.IsZero() && isTimeout(err) && readable(c)) {
 				if !drain.IsZero() && isTimeout(err) {
 					lingerClose(c) // the drain: closed cleanly, nothing was sent
 				}
 				return // closed by the client, idle timeout, or shutdown
 			}
+			// (A request that reached the socket as the drain's wait
+			// ended is read and answered with Connection: close: closing
+			// would discard it unanswered.)
 			headDeadline = time.Now().Add(s.opts.HeadTimeout)
 		} else if !first {
 			headDeadline = time.Now().Add(s.opts.HeadTimeout)
