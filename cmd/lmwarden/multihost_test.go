@@ -333,6 +333,12 @@ func TestMultiHostGoals(t *testing.T) {
 	// A host drops off the network a third of the way into the window.
 	victim := hosts[mhHosts-1]
 	vi := mhHosts - 1
+	// A conversation pinned to it that surely comes back once it is seen
+	// down. Whether one of the bench's own does is timing: those whose
+	// request is in flight when the host drops hang until the bench gives
+	// them up (RequestTimeout), and it then starts new conversations, so
+	// on a loaded machine none of them may return within the window.
+	probe := pinProbe(t, pk.Registry(), vi)
 	stop := make(chan struct{})
 	killedAt := make(chan time.Time, 1)
 	placedAtDetection := make(chan uint64, 1)
@@ -385,6 +391,9 @@ func TestMultiHostGoals(t *testing.T) {
 			t.Errorf("a request that started %v after the host was seen down failed: %s (endpoints %v)", f.Start.Sub(detected), f.Err, f.Endpoints)
 		}
 	}
+	// The probe conversation's next turn, through the gateway, is placed
+	// again on a live host.
+	sendProbe(t, gsrv.URL, probe)
 	// Nothing was placed on the dead host once it was seen down, and its
 	// conversations that came back went elsewhere: moved with the host
 	// that served them off the fallback list, or placed again.
@@ -403,4 +412,63 @@ func TestMultiHostGoals(t *testing.T) {
 	t.Logf("host 3 off the network at %s, seen down %.2f s later; %d requests of its conversations moved elsewhere; %d gateway failures, all started before detection\n"+
 		"| run | sessions | hit rate | TTFT p50 | TTFT p95 | requests | errors | load per host %% |\n|---|---:|---:|---:|---:|---:|---:|---|\n%s",
 		killed.Format(time.TimeOnly), detected.Sub(killed).Seconds(), moved, len(gw.Failures()), strings.Join(table, "\n"))
+}
+
+// pinProbe places conversations through the picker until one is pinned to
+// host vi, and returns its session id. The picks of a round are held until
+// it ends, so that the least loaded host changes from one to the next; the
+// rounds go on until the picker takes the host (its replicas have just been
+// restarted: it may not be ready at the picker yet).
+func pinProbe(t *testing.T, reg *picker.Registry, vi int) string {
+	t.Helper()
+	probe, n := "", 0
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("a conversation placed on host %d", vi+1), func() bool {
+		var held []*picker.Pick
+		defer func() {
+			for _, p := range held {
+				reg.Done(p)
+			}
+		}()
+		for range 16 {
+			id := fmt.Sprintf("multihost-probe-%d", n)
+			n++
+			p, err := reg.Pick(picker.Request{SessionID: id, Now: time.Now()})
+			if err != nil {
+				return false
+			}
+			held = append(held, p)
+			if p.Host == vi {
+				probe = id
+				return true
+			}
+		}
+		return false
+	})
+	return probe
+}
+
+// sendProbe sends one turn of the conversation id through the gateway and
+// wants it answered.
+func sendProbe(t *testing.T, gateway, id string) {
+	t.Helper()
+	body := `{"model":"probe","max_tokens":4,"messages":[{"role":"user","content":"the probe's next turn"}]}`
+	req, err := http.NewRequest(http.MethodPost, gateway+"/v1/messages", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set(bench.SessionHeader, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Errorf("the probe conversation's turn after the host was seen down: %v", err)
+		return
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the probe conversation's turn after the host was seen down: %s %s", resp.Status, b)
+	}
 }

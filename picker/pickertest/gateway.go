@@ -307,6 +307,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, body []byte, e
 	g.mu.Unlock()
 	if x != nil && !x.skipHeads {
 		if err := x.responseHeaders(resp, used); err != nil {
+			if r.Context().Err() != nil {
+				return // the client left (a timeout, the end of a run): not a failure of ours
+			}
 			g.fail(r, eps, "ext_proc response headers: "+err.Error())
 			http.Error(w, "ext_proc: "+err.Error(), http.StatusInternalServerError)
 			return
