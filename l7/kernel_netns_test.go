@@ -1,8 +1,8 @@
 package l7_test
 
 import (
-	"bufio"
 	"bytes"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"log/slog"
 	"net"
 	"os"
@@ -113,18 +113,7 @@ func startReplicaInNetns(tb testing.TB, here, there string) replicaProcess {
 	cmd.Env = append(os.Environ(), replicaProcessEnv+"=1", replicaNetnsEnv+"="+there)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	out := testutil.StartChild(tb, cmd)
 	peer, err := netlink.LinkByName("lmwc0")
 	if err != nil {
 		tb.Fatal(err)
@@ -142,7 +131,7 @@ func startReplicaInNetns(tb testing.TB, here, there string) replicaProcess {
 	if err := netlink.LinkSetUp(veth); err != nil {
 		tb.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := out.ReadString('\n')
 	if err != nil {
 		tb.Fatalf("replica process in its namespace: %v", err)
 	}

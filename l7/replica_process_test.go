@@ -1,10 +1,10 @@
 package l7_test
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"io"
 	"net/http"
 	"os"
@@ -44,21 +44,7 @@ func startReplicaProcess(tb testing.TB) replicaProcess {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestReplicaProcess$")
 	cmd.Env = append(os.Environ(), replicaProcessEnv+"=1")
 	cmd.Stderr = os.Stderr
-	// Its stdin is a pipe from this process: it exits when that closes,
-	// also when this process dies without its cleanup.
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := testutil.StartChild(tb, cmd).ReadString('\n')
 	if err != nil {
 		tb.Fatalf("replica process: %v", err)
 	}

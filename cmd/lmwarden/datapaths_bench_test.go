@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -428,19 +429,7 @@ func startBenchUpstream(tb testing.TB) string {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchUpstreamProcess$")
 	cmd.Env = append(os.Environ(), benchUpstreamEnv+"=1")
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe() // it exits when this process's end closes
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := testutil.StartChild(tb, cmd).ReadString('\n') // it exits when the test ends
 	if err != nil {
 		tb.Fatalf("bench upstream: %v", err)
 	}
