@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -350,22 +351,28 @@ func TestAdmissionAutoEngagesAboveTheCacheAndLetsGoOnceItFits(t *testing.T) {
 }
 
 func TestAdmissionLikelyEndedSessionGivesItsRoomToAWaiter(t *testing.T) {
-	// Sessions here come back within 2 s of a turn's end, and one turn end
-	// in three is a session's last; a session quiet for 10 s has most
-	// likely ended, so a waiter gets its room without waiting for liveIdle.
+	// Sessions here mostly come back within 2 s of a turn's end, three in
+	// ten after 40 s, and one turn end in three is a session's last; a
+	// session quiet for 10 s has more likely ended than not, so a waiter
+	// gets its room without waiting for liveIdle (past 40 s: most likely
+	// ended).
 	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: 10 * time.Minute})
 	now := epoch
-	for k := range 60 { // teach the pauses: 2 turns with a 1-2 s pause, then the end
+	for k := range 60 { // teach the pauses: 2 turns with a pause, then the end
 		id := fmt.Sprint("t", k)
 		p, w := admit(t, m, id, 1_000, now)
 		if w != nil {
 			t.Fatal("a teaching session waited")
 		}
+		pause := time.Duration(1000+k%1000) * time.Millisecond
+		if k%10 < 3 {
+			pause = 40 * time.Second
+		}
 		for turn := range 3 {
 			now = now.Add(time.Second)
 			m.Done(p, now)
 			if turn < 2 {
-				now = now.Add(time.Duration(1000+k%1000) * time.Millisecond)
+				now = now.Add(pause)
 				p, _ = admit(t, m, id, 1_000, now)
 			}
 		}
@@ -448,5 +455,32 @@ func TestSwitchingAwayFromCostReleasesEveryWaiter(t *testing.T) {
 	}
 	if p, err := m.Claim(w, epoch.Add(time.Second)); err != nil || p.Replica != 0 {
 		t.Fatalf("claim: %+v %v", p, err)
+	}
+}
+
+func TestLiveIdleFollowsThePausesOfAgentsWithToolTime(t *testing.T) {
+	// Agents: six turns, each later one after 0.1-20 s of tool time
+	// (log-uniform, mean about 3.8 s). A session idle past the longest
+	// pauses has ended; 20 mean pauses (75 s, the rule before the pauses
+	// were learned) kept finished sessions live for most of a task.
+	m := mustAdmissionModel(t, 1, 1e6, AdmissionConfig{Mode: AdmissionSpill})
+	now := epoch
+	rng := rand.New(rand.NewPCG(1, 2))
+	for k := range 100 {
+		id := fmt.Sprint("s", k)
+		p, _ := admit(t, m, id, 1_000, now)
+		for turn := range 6 {
+			now = now.Add(time.Second)
+			m.Done(p, now)
+			if turn < 5 {
+				now = now.Add(time.Duration(100 * math.Pow(200, rng.Float64()) * float64(time.Millisecond)))
+				p, _ = admit(t, m, id, 1_000, now)
+			}
+		}
+	}
+	d := time.Duration(m.liveIdle())
+	if d < 15*time.Second || d > 35*time.Second {
+		t.Fatalf("liveIdle %v, want past the longest pauses (20 s) and well under 20 mean pauses (%v)",
+			d, time.Duration(m.peer.gapMean*liveIdleGaps*float64(time.Second)))
 	}
 }

@@ -82,19 +82,34 @@ func newPeerState(replicas int) *peerState {
 }
 
 // liveIdle is how long after its last turn a session still counts as
-// live: liveIdleGaps times the mean pause sessions take between turns, at
-// least minLiveIdle, at most the session TTL. It is generous on purpose
-// (a session between turns must keep its room); when others wait for
-// room, a session idle so long that it has likely ended gives its room up
-// sooner (admission_queue.go, makeRoom).
+// live: until it has most likely ended, the idle time after which
+// liveEndedShare of the sessions so idle have ended and not come back
+// (gapQuantiles.likelyEnded: the pauses between turns seen, and the
+// share of turn ends that were a session's last), at least minLiveIdle,
+// at most the session TTL. While too few turn ends are known, liveIdleGaps
+// times the mean pause.
+//
+// A session that has ended keeps its room until then, and cost places
+// new sessions by the rooms taken: a window of 20 mean pauses, right
+// for sessions that came back within tens of milliseconds, kept agents'
+// finished sessions live for about 75 s (tool time of 0.1-20 s between
+// turns), most of a six-turn task, so new sessions avoided the replicas
+// whose sessions had just finished and crowded the others
+// (docs/placement.md, "Liveness"). When others wait for room, a session
+// idle so long that it has more likely ended than not gives its room up
+// sooner still (admission_queue.go, makeRoom).
 const (
-	minLiveIdle   = 2 * time.Second
-	liveIdleGaps  = 20
-	peerSweepStep = 4
+	minLiveIdle    = 2 * time.Second
+	liveIdleGaps   = 20
+	liveEndedShare = 0.8
+	peerSweepStep  = 4
 )
 
 func (m *Model) liveIdle() int64 {
 	d := max(minLiveIdle, time.Duration(m.peer.gapMean*liveIdleGaps*1e9))
+	if t, ok := m.peer.gaps.likelyEnded(liveEndedShare); ok {
+		d = max(minLiveIdle, time.Duration(t*1e9))
+	}
 	return int64(min(d, m.cfg.SessionTTL))
 }
 
