@@ -426,7 +426,7 @@ func TestAdmissionLearnsTheSharedPrefixFromKVUsage(t *testing.T) {
 		ps = append(ps, p)
 	}
 	var prompts, ttft, count float64
-	for range 40 {
+	for range 80 { // 20 s: samples count once the 36k of prefill placed is done (9 s at the prior rate, with a margin)
 		now = now.Add(250 * time.Millisecond)
 		prompts, ttft, count = prompts+1, ttft+0.5, count+1 // a mean TTFT of 0.5 s
 		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000, Running: 3, KVUsage: 29_000.0 / 40_000,
@@ -482,5 +482,39 @@ func TestLiveIdleFollowsThePausesOfAgentsWithToolTime(t *testing.T) {
 	if d < 15*time.Second || d > 35*time.Second {
 		t.Fatalf("liveIdle %v, want past the longest pauses (20 s) and well under 20 mean pauses (%v)",
 			d, time.Duration(m.peer.gapMean*liveIdleGaps*float64(time.Second)))
+	}
+}
+
+func TestAdmissionSharedPrefixIgnoresUsageWhilePromptsPrefill(t *testing.T) {
+	// Two 51k sessions share 3.5k; their prefills take about 25 s at the
+	// prior rate, and vLLM allocates a prompt's blocks chunk by chunk, so
+	// usage lags what the warden sent while they prefill. Samples taken
+	// then (here 60k of the 98.5k they will hold, for 42 s) must not
+	// count: they would say the sessions share 42k, and admission would
+	// fit four sessions where two do (the 27B box at 26 sessions,
+	// docs/placement.md).
+	m := mustAdmissionModel(t, 1, 152_000, queue)
+	now := epoch
+	var ps []Placement
+	for _, id := range []string{"a", "b"} {
+		p, _ := admit(t, m, id, 51_000, now)
+		ps = append(ps, p)
+	}
+	var ttft, count float64
+	for k := range 180 { // 45 s, polls every 250 ms; cached turns elsewhere keep the mean TTFT at 2 s
+		now = now.Add(250 * time.Millisecond)
+		ttft, count = ttft+2, count+1
+		usage := 60_000.0
+		if k >= 168 {
+			usage = 98_500
+		}
+		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 152_000, Running: 2, KVUsage: usage / 152_000,
+			PromptTokens: 1, TTFTSum: ttft, TTFTCount: count}, now)
+	}
+	if got := m.CostEstimates().SharedPrefix; math.Abs(got-3_500) > 100 {
+		t.Fatalf("shared prefix %.0f tokens, want about 3500", got)
+	}
+	for _, p := range ps {
+		m.Done(p, now)
 	}
 }

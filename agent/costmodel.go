@@ -57,6 +57,9 @@ type peerSession struct {
 	touchedAt float64 // its replica's LRU clock after its latest turn
 	lastPlace int64
 	lastEnd   int64
+	// prefilled is when the prefill of its request in flight has most
+	// likely ended (learnShared).
+	prefilled int64
 	inflight  int
 	live      float64 // context counted in reps[replica].live (0: not live)
 	// heldSince is when the session's room on its replica was granted
@@ -224,6 +227,9 @@ func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now,
 	pr.inflightCtx += prompt
 	pr.inflightN++
 	pr.inflightNew += u
+	// its prefill has most likely ended once the backlog here (its own
+	// included) has drained at the learned rate, with a margin
+	prefilled := now + int64(sharedSettle*pr.backlog/m.prefillRate(i)*1e9)
 	if s == nil {
 		s = &peerSession{replica: i, hold: -1}
 		m.peer.sessions[h] = s
@@ -252,6 +258,7 @@ func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now,
 	s.pending = u
 	s.touchedAt = pr.touched
 	s.lastPlace = now
+	s.prefilled = prefilled
 	s.inflight++
 }
 
@@ -312,15 +319,21 @@ func (m *Model) peerObserve(i int, s ReplicaMetrics, now time.Time) {
 // shared prefix once: usage × capacity = Σ prompts − (n−1) · shared, less
 // what is still to prefill (vLLM allocates a prompt's blocks chunk by
 // chunk) and plus the output generated so far, neither of which the
-// warden sees. Only samples where every request has been in flight for
-// sharedSettle times the replica's mean time to first token count (its
-// prefill is most likely done). A prompt still prefilling makes a sample
-// too high (on the 27B box a long tail of them), outputs make it a little
-// low, so the estimate is a low quantile (sharedQuantile) of the last
-// sharedSamples samples, each capped at sharedCap of the mean first
+// warden sees. Only samples where every request's prefill is most likely
+// done count: each has been in flight for sharedSettle times the
+// replica's mean time to first token, and for sharedSettle times the
+// prefill that was queued there when it was placed, its own included, at
+// the learned rate. The mean TTFT alone is not enough where cold
+// prefills are long and most turns are cached: on the 27B box (2.5 s
+// cached, 55 s cold) most samples were taken mid-prefill, the estimate
+// came out at 20-35k tokens instead of 3.5k, and admission fitted four
+// 51k sessions on a replica that holds two (docs/placement.md). A
+// prompt still prefilling makes a sample too high, outputs make it a
+// little low, so the estimate is a low quantile (sharedQuantile) of the
+// last sharedSamples samples, each capped at sharedCap of the mean first
 // prompt (nothing can share more than a new session sends).
 const (
-	sharedSettle   = 1.5 // times the replica's mean time to first token
+	sharedSettle   = 1.5 // times the replica's mean time to first token, and the prefill queued at placement
 	sharedSamples  = 128
 	sharedQuantile = 0.1
 	sharedCap      = 0.9
@@ -333,7 +346,7 @@ func (m *Model) learnShared(i int, st ReplicaMetrics, now int64) {
 		return
 	}
 	for _, s := range pr.holders {
-		if s.inflight > 0 && float64(now-s.lastPlace)/1e9 < sharedSettle*pr.ttft {
+		if s.inflight > 0 && (float64(now-s.lastPlace)/1e9 < sharedSettle*pr.ttft || now < s.prefilled) {
 			return // perhaps still prefilling: its prompt's blocks are not all allocated yet
 		}
 	}
