@@ -219,7 +219,9 @@ func (m *Model) peerRecord(h uint64, s *peerSession, i int, prompt float64, now,
 	pr.drain(now, m.prefillRate(i))
 	u := m.uncached(s, i, prompt)
 	pr.backlog += u
-	pr.touched += prompt
+	if !pr.allocCounted {
+		pr.touched += prompt // no counters: every prompt token placed may have taken a block
+	}
 	if h == 0 {
 		pr.unaffinedNew += u // no Done hook finds it: it only decays with the backlog
 		return

@@ -99,7 +99,8 @@ const (
 type peerRep struct {
 	backlog      float64        // predicted prefill tokens not yet computed
 	backlogAt    int64          // when backlog was last drained (unix ns)
-	touched      float64        // prompt tokens placed here, cumulative (LRU clock)
+	touched      float64        // tokens that took new blocks here, cumulative (LRU clock; lru.go)
+	allocCounted bool           // touched follows the replica's counters (else the prompts placed)
 	inflightCtx  float64        // prompt tokens of the session requests in flight here
 	inflightN    int            // those requests
 	inflightNew  float64        // predicted uncached tokens of the session requests in flight here
@@ -151,9 +152,8 @@ func (pr *peerRep) drain(now int64, rate float64) {
 	pr.backlogAt = now
 }
 
-// held estimates the tokens of session s still cached on its replica: LRU
-// evicts the least recently used unreferenced blocks, so s keeps what the
-// prompt tokens placed there since its last turn have not pushed out.
+// held estimates the tokens of session s still cached on its replica
+// (lru.go).
 func (m *Model) held(s *peerSession) float64 {
 	if s.replica < 0 || s.replica >= len(m.reps) {
 		return 0
@@ -161,8 +161,7 @@ func (m *Model) held(s *peerSession) float64 {
 	if s.inflight > 0 {
 		return s.ctx // its blocks are referenced by a running request
 	}
-	since := m.peer.reps[s.replica].touched - s.touchedAt
-	return math.Max(0, math.Min(s.ctx, m.capacity(s.replica)-since))
+	return m.lruHeld(s)
 }
 
 // heldAtRun is held(s) by the time s's next request runs on its replica:
@@ -272,6 +271,7 @@ func (m *Model) costObserve(i int, s ReplicaMetrics, now time.Time) {
 		// when it admits a request, prompt tokens when its prefill ends).
 		reset := s.PromptTokens < pr.prev.PromptTokens || s.PrefixHits < pr.prev.PrefixHits
 		if !reset {
+			m.lruAdvance(pr, s)
 			ps := m.peer
 			secs := ttftSum // not saturated: a TTFT is mostly its own prefill
 			if pr.prevQueued && s.Waiting > 0 {
