@@ -15,8 +15,8 @@ import (
 // quanta of several turns, each long enough that the re-prefill of a
 // session swapped back in is paid for by the turns it then runs from cache.
 //
-//   - A session is live from its request's placement until it has been
-//     idle for longer than nearly every pause between turns (liveIdle); a
+//   - A session is live from its request's placement until it has most
+//     likely ended, judged by the pauses between turns seen (liveIdle); a
 //     live session is never parked.
 //   - A session that is not live and fits nowhere waits, first come first
 //     served; a later one that fits may pass a waiter that does not, until
