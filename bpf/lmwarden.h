@@ -83,6 +83,8 @@ struct own_conn {
 enum pair_outcome {
 	PAIR_PAIRED = 0, /* a replica's socket joined lmw_replica_socks */
 	PAIR_FAILED,     /* it could not (no sk storage, SOCKHASH full) */
+	PAIR_CLIENT,     /* a client socket the shim accepted joined lmw_client_socks */
+	PAIR_CLIENT_FAILED, /* it could not (SOCKHASH full) */
 	PAIR_OUTCOMES,
 };
 

@@ -89,9 +89,11 @@ type LmwardenOwnConn struct {
 type LmwardenPairOutcome uint32
 
 const (
-	LmwardenPairOutcomePAIR_PAIRED   LmwardenPairOutcome = 0
-	LmwardenPairOutcomePAIR_FAILED   LmwardenPairOutcome = 1
-	LmwardenPairOutcomePAIR_OUTCOMES LmwardenPairOutcome = 2
+	LmwardenPairOutcomePAIR_PAIRED        LmwardenPairOutcome = 0
+	LmwardenPairOutcomePAIR_FAILED        LmwardenPairOutcome = 1
+	LmwardenPairOutcomePAIR_CLIENT        LmwardenPairOutcome = 2
+	LmwardenPairOutcomePAIR_CLIENT_FAILED LmwardenPairOutcome = 3
+	LmwardenPairOutcomePAIR_OUTCOMES      LmwardenPairOutcome = 4
 )
 
 type LmwardenReplicaStats struct {

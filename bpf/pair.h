@@ -6,7 +6,13 @@
  * the warden registered in lmw_own_conns with OWN_PAIR, the accepted
  * socket joins lmw_replica_socks (where lmw_reply runs on every send),
  * keyed by the cookie of the warden's socket at the other end, and its sk
- * storage remembers that cookie. Nothing else is touched.
+ * storage remembers that cookie. And when the shim accepts a client's
+ * connection to a frontend (lmw_dispatch gave it the shim's listener),
+ * the accepted socket joins lmw_client_socks under its own cookie, so
+ * that lmw_reply can redirect into it: here, during the handshake, the
+ * join costs the client's first request nothing (from the shim, a
+ * SOCKHASH insert is a syscall and a psock set up before the request may
+ * go out). Nothing else is touched.
  */
 #ifndef LMW_PAIR_H
 #define LMW_PAIR_H
@@ -15,6 +21,41 @@
 static __always_inline int v4mapped(const __u32 *a)
 {
 	return a[0] == 0 && a[1] == 0 && a[2] == __builtin_bswap32(0xffff);
+}
+
+/* join_client puts a socket accepted for a client of a frontend (k: the
+ * connection, source = the client) into lmw_client_socks. While the shim
+ * runs, lmw_dispatch gave the connection to the shim's listener. With the
+ * shim gone (fail-open) it is the replica's own, and joins all the same:
+ * which listener accepted it cannot be told here (a SOCKMAP lookup needs
+ * bpf_sk_release, which sock_ops may not call). A socket in that map
+ * only gets a psock with no program (the kernel's own TCP paths) and
+ * leaves the map when it closes; nothing redirects into it but an arm
+ * the shim makes for its own client. */
+static __always_inline void join_client(struct bpf_sock_ops *skops, const struct conn_key *k)
+{
+	struct frontend_key fk = {};
+	struct frontend_value *fe;
+	__u64 cookie;
+
+	fk.family = k->family;
+	fk.port = k->dport;
+	fk.addr[0] = k->dst[0];
+	fk.addr[1] = k->dst[1];
+	fk.addr[2] = k->dst[2];
+	fk.addr[3] = k->dst[3];
+	fe = bpf_map_lookup_elem(&lmw_frontends, &fk);
+	if (!fe) {
+		fk.addr[0] = fk.addr[1] = fk.addr[2] = fk.addr[3] = 0;
+		fe = bpf_map_lookup_elem(&lmw_frontends, &fk);
+	}
+	if (!fe)
+		return;
+	cookie = bpf_get_socket_cookie(skops);
+	if (bpf_sock_hash_update(skops, &lmw_client_socks, &cookie, BPF_NOEXIST))
+		count(&lmw_pair_stats, PAIR_CLIENT_FAILED);
+	else
+		count(&lmw_pair_stats, PAIR_CLIENT);
 }
 
 SEC("sockops")
@@ -58,6 +99,10 @@ int lmw_pair(struct bpf_sock_ops *skops)
 	}
 	own = bpf_map_lookup_elem(&lmw_own_conns, &k);
 	sk = skops->sk;
+	if (!own && sk) {
+		join_client(skops, &k);
+		return 1;
+	}
 	if (!own || !(own->flags & OWN_PAIR) || !sk)
 		return 1;
 	cookie = own->cookie;

@@ -5,7 +5,9 @@
  * lmw_replica_socks, and moves what the replica sends straight to the
  * client socket's egress (no loopback TCP, no kernel worker, no shim
  * wake-up), head included, while it follows the framing to find the
- * response's end (a ring-buffer record then: the shim counts it done).
+ * response's end. The shim learns of that end from the response's last
+ * byte, which the program passes to it (CTL_TAIL_PASS, the shim relays
+ * it), or else from a ring-buffer record.
  *
  * It carries a response only when nothing about it needs the shim: a head
  * of "HTTP/1.1 <status>" with status 200 or more, well-formed fields, no
@@ -360,8 +362,14 @@ int lmw_reply(struct sk_msg_md *msg)
 	struct sock_state *st;
 	struct sock_ctl *ctl;
 	__u64 key, o, e, *paired;
-	__u32 replica, len = msg->size, halt = 0;
+	__u32 replica, len = msg->size, halt = 0, tail = 0;
 
+	/* The kernel keeps what a run set with bpf_msg_apply_bytes for the
+	 * next run on the same message (the rest, after the bytes it
+	 * applied to), and turns what is left of it after that run into a
+	 * verdict for the replica's next send, which then skips this program
+	 * (measured on 6.18): every run that does not want it clears it. */
+	bpf_msg_apply_bytes(msg, 0);
 	if (!msg->sk)
 		return SK_PASS;
 	paired = bpf_sk_storage_get(&lmw_paired, msg->sk, 0, 0);
@@ -428,9 +436,22 @@ int lmw_reply(struct sk_msg_md *msg)
 		halt = HALT_CREDIT;
 		goto halt;
 	}
-	if (bpf_msg_redirect_hash(msg, &lmw_client_socks, &ctl->peer, 0) != SK_PASS) {
-		halt = HALT_PEER;
-		goto halt;
+	/* With CTL_TAIL_PASS the response's last byte goes to the shim: the
+	 * client cannot send its next request before it has that byte, so
+	 * the shim, which relays it, has counted the response done before
+	 * then (a ring-buffer record races the client's next request, and
+	 * loses it on a busy machine). The rest of the message is carried
+	 * (bpf_msg_apply_bytes); the last byte meets this program again,
+	 * finds done_gen, and passes. */
+	if (w->ended && (ctl->flags & CTL_TAIL_PASS))
+		tail = 1;
+	if (len > tail) {
+		if (bpf_msg_redirect_hash(msg, &lmw_client_socks, &ctl->peer, 0) != SK_PASS) {
+			halt = HALT_PEER;
+			goto halt;
+		}
+		if (tail)
+			bpf_msg_apply_bytes(msg, len - tail);
 	}
 	if (st->fr.phase == FR_HEAD) {
 		st->status = w->status;
@@ -441,14 +462,14 @@ int lmw_reply(struct sk_msg_md *msg)
 	/* The first body byte's time (a stream's first event: what the
 	 * client feels as time to first token), not the head's, which a
 	 * replica may send on its own first. */
-	if (!st->first_ns && (st->fr.phase != FR_HEAD || len > w->head_len))
+	if (!st->first_ns && (st->fr.phase != FR_HEAD || len - tail > w->head_len))
 		st->first_ns = bpf_ktime_get_ns();
 	st->fr = w->f;
-	st->seen = o + len;
-	st->redirected += len;
-	st->carried += len;
+	st->seen = o + len - tail;
+	st->redirected += len - tail;
+	st->carried += len - tail;
 	if (rs)
-		rs->bytes_kernel += len;
+		rs->bytes_kernel += len - tail;
 	if (w->ended) {
 		struct response_end ev = {
 			.cookie = key,
@@ -462,7 +483,14 @@ int lmw_reply(struct sk_msg_md *msg)
 		st->done_gen = st->gen;
 		if (rs)
 			rs->responses++;
-		bpf_ringbuf_output(&lmw_response_ends, &ev, sizeof(ev), 0);
+		if (!tail) {
+			bpf_ringbuf_output(&lmw_response_ends, &ev, sizeof(ev), 0);
+		} else if (len == tail) {
+			/* Nothing to carry: the message is the last byte. */
+			o = st->seen;
+			len = tail;
+			goto pass;
+		}
 	}
 	return SK_PASS;
 

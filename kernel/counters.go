@@ -93,6 +93,9 @@ var (
 	descDispatch = prometheus.NewDesc("lmwarden_kernel_dispatch_total",
 		"What the dispatch program (sk_lookup) decided for TCP connection attempts: lookups (all it saw), own (the warden's own connections, left alone), miss (no frontend there), no_listener (the shim gone: failed open), assigned (steered to the shim), failed_assign (failed open).",
 		[]string{"outcome"}, nil)
+	descJoins = prometheus.NewDesc("lmwarden_kernel_socket_joins_total",
+		"Sockets the sk_msg datapath's sock_ops program (lmw_pair) put into its maps during their handshake: socket=replica (a replica's end of a warden upstream connection, paired) or client (a client's connection to a frontend), outcome=joined or failed (a map full). Zero on sk_skb.",
+		[]string{"socket", "outcome"}, nil)
 )
 
 // collector exports a datapath's counters (Describe/Collect).
@@ -102,6 +105,7 @@ func (k collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descKernelBytes
 	ch <- descKernelResponses
 	ch <- descDispatch
+	ch <- descJoins
 }
 
 func (k collector) Collect(ch chan<- prometheus.Metric) {
@@ -118,5 +122,11 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 			"no_listener": ds.NoListener, "assigned": ds.Assigned, "failed_assign": ds.FailedAssigns} {
 			ch <- prometheus.MustNewConstMetric(descDispatch, prometheus.CounterValue, float64(v), outcome)
 		}
+	}
+	if ps, err := k.c.st.PairStats(); err == nil {
+		ch <- prometheus.MustNewConstMetric(descJoins, prometheus.CounterValue, float64(ps.Paired), "replica", "joined")
+		ch <- prometheus.MustNewConstMetric(descJoins, prometheus.CounterValue, float64(ps.Failed), "replica", "failed")
+		ch <- prometheus.MustNewConstMetric(descJoins, prometheus.CounterValue, float64(ps.Client), "client", "joined")
+		ch <- prometheus.MustNewConstMetric(descJoins, prometheus.CounterValue, float64(ps.ClientFailed), "client", "failed")
 	}
 }

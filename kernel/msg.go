@@ -18,10 +18,11 @@ import (
 // accepts it); for each exchange the shim arms it with the client socket
 // as peer, and lmw_reply, which runs inside the replica's own sendmsg,
 // moves the whole response — head included — straight to the client
-// socket's egress, following its framing to the end, where a ring-buffer
-// record tells the shim the exchange is done. Nothing of the response
-// crosses the loopback connection or userspace; the shim is woken once per
-// response.
+// socket's egress, following its framing to the end, and passes the
+// response's last byte to the shim, which relays it and so counts the
+// exchange done before the client can send its next request. Nothing else
+// of the response crosses the loopback connection or userspace; the shim
+// is woken once per response.
 //
 // Request bodies cross userspace (splice(2), or one writev with the head):
 // the shortest way measured (docs/kernel.md). A response the kernel will
@@ -32,7 +33,6 @@ import (
 type MsgPath struct {
 	st *maps.State
 	counters
-	ends endWaiters
 	user *l7.UserPath
 	log  *slog.Logger
 	// sndbuf is the send buffer a client socket gets when it joins
@@ -60,7 +60,7 @@ func NewMsgPath(st *maps.State, log *slog.Logger) *MsgPath {
 	if log == nil {
 		log = slog.Default()
 	}
-	k := &MsgPath{st: st, counters: newCounters(st), ends: endWaiters{st: st}, user: l7.NewUserPath(),
+	k := &MsgPath{st: st, counters: newCounters(st), user: l7.NewUserPath(),
 		log: log, sndbuf: clientSendBuffer(), noPair: map[string]bool{}}
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
@@ -87,11 +87,9 @@ func (k *MsgPath) State() *maps.State { return k.st }
 // Collector is the path's Prometheus collector.
 func (k *MsgPath) Collector() prometheus.Collector { return collector{&k.counters} }
 
-// Close stops the ring buffer's reader.
-func (k *MsgPath) Close() error {
-	k.ends.close()
-	return nil
-}
+// Close implements io.Closer; the path holds nothing of its own to
+// release (the pinned state is the caller's).
+func (k *MsgPath) Close() error { return nil }
 
 // RelayRequestBody implements l7.Datapath: the body crosses userspace.
 func (k *MsgPath) RelayRequestBody(x *l7.Exchange) error {

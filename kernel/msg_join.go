@@ -63,11 +63,13 @@ func (k *MsgPath) upstream(c *l7.Conn, replica string) (*msgUpstream, error) {
 // msgClient is what the sk_msg datapath keeps with a client connection.
 type msgClient struct{ cookie uint64 }
 
-// client returns the client's cookie, putting its socket into
-// lmw_client_socks the first time (it stays until it closes) with a send
-// buffer as large as autotuning would let it grow: the kernel's redirects
-// may not overfill it (sock_ctl.credit), so a larger one carries more of
-// a response in the kernel.
+// client returns the client's cookie. Its socket must be in
+// lmw_client_socks (it stays until it closes): lmw_pair put it there
+// during the handshake (a connection to a frontend), else it joins here,
+// the first time. Its send buffer is made as large as autotuning would
+// let it grow: the kernel's redirects may not overfill it
+// (sock_ctl.credit), so a larger one carries more of a response in the
+// kernel.
 func (k *MsgPath) client(c *l7.Conn) (uint64, error) {
 	if mc, ok := c.Datapath.(*msgClient); ok {
 		return mc.cookie, nil
@@ -85,8 +87,10 @@ func (k *MsgPath) client(c *l7.Conn) (uint64, error) {
 		// warden without CAP_NET_ADMIN... has none of this datapath.
 		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, k.sndbuf/2)
 	})
-	if err := k.st.AddClient(c.TCPConn, cookie); err != nil {
-		return 0, err
+	if !k.st.ClientInMap(cookie) {
+		if err := k.st.AddClient(c.TCPConn, cookie); err != nil {
+			return 0, err
+		}
 	}
 	c.Datapath = &msgClient{cookie: cookie}
 	return cookie, nil

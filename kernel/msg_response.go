@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,7 +48,10 @@ func (k *MsgPath) ArmResponse(x *l7.Exchange) (bool, error) {
 		}
 		at = st.Seen
 	}
-	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.gen + 1, Mode: maps.ModeReply, Replica: slot}
+	// The response's last byte comes to the shim (CTL_TAIL_PASS): it has
+	// counted the response done before the client can send its next
+	// request (see AwaitResponse).
+	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.gen + 1, Mode: maps.ModeReply, Replica: slot, Flags: maps.CtlTailPass}
 	if x.Request.Method == "HEAD" {
 		ctl.Flags |= maps.CtlNoBody
 	}
@@ -96,109 +100,137 @@ func (k *MsgPath) AnsweredEarly(x *l7.Exchange) bool {
 	return err == nil && st.Gen == u.gen
 }
 
-// AwaitResponse implements l7.ResponseCarrier.
+// stallCheck is how often a wait looks whether the kernel is still
+// carrying the response (sock_state.seen moves): without progress for
+// x.Idle the exchange is given up.
+const stallCheck = time.Second
+
+// readBufs holds the buffers of the waits' upstream reads, which bring the
+// response's last byte, or the bytes the kernel did not carry.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// AwaitResponse implements l7.ResponseCarrier. The exchange's goroutine
+// waits in a read of the upstream socket: the kernel carries the response
+// but for its last byte, which it passes there (CTL_TAIL_PASS), and the
+// shim relays it, so it has counted the response done before the client
+// has the whole of it (and can send its next request). The same read sees
+// a FIN, a reset, and every byte the kernel did not carry.
 func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) {
 	u := x.Upstream.Datapath.(*msgUpstream)
 	_, uc, err := k.slot(x)
 	if err != nil {
 		return nil, false, err
 	}
-	ends := make(chan maps.ResponseEnd, 2)
-	if err := k.ends.watch(u.cookie, ends); err != nil {
-		return nil, false, err
-	}
-	defer k.ends.unwatch(u.cookie)
-	// The replica's FIN or RST, and any byte the kernel did not carry,
-	// reach the shim on the upstream socket: one read there sees them.
-	w := watchUpstream(x.Upstream.TCPConn)
-	stopped := false
-	defer func() {
-		if !stopped {
-			w.stop()
-		}
-	}()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	gen := u.gen
+	up := x.Upstream.TCPConn
+	defer up.SetReadDeadline(time.Time{})
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
 	lastProgress, lastSeen := time.Now(), uint64(0)
-	// A response that ended before the watch above began wrote its
-	// record to nobody: its end is in sock_state (written first).
-	if st, err := k.st.SocketState(u.cookie); err == nil && st.Gen == u.gen && st.DoneGen == u.gen {
-		ends <- maps.ResponseEnd{Cookie: u.cookie, Gen: u.gen, Bytes: st.Redirected}
-	}
 	for {
-		select {
-		case ev := <-ends:
-			if ev.Gen != u.gen {
-				continue
-			}
-			st, err := k.st.SocketState(u.cookie)
-			if err != nil {
-				return nil, false, err
-			}
-			resp := carriedHead(st)
-			x.FirstByteAt = k.kernelTime(st.FirstNs)
-			x.BodyBytesDown += int64(ev.Bytes - st.HeadLen)
-			stopped = true
-			clean := w.stop()
-			resp.Reusable = resp.Reusable && clean
-			u.next, u.nextKnown = u.armAt+ev.Bytes, clean
-			return resp, true, nil
-		case r := <-w.out:
-			st, err := k.st.SocketState(u.cookie)
-			if err != nil {
-				return nil, false, err
-			}
-			mine := st.Gen == u.gen
-			if len(r.data) > 0 && (!mine || st.Redirected == 0) {
-				// Nothing of this response was carried: it is the
-				// shim's from its first byte (a head to rewrite or
-				// judge, no credit, an arm that came late).
-				stopped = true
-				data, _ := w.collect()
-				x.Upstream.Pending = append(r.data, data...)
-				return nil, false, nil
-			}
-			if len(r.data) > 0 {
-				// The kernel carried the head and part of the body,
-				// then stopped (credit, framing): the shim goes on
-				// from where it stopped.
-				resp := carriedHead(st)
-				x.FirstByteAt = k.kernelTime(st.FirstNs)
-				x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
-				stopped = true
-				n, err := finishInUser(x, w, frameFromKernel(st.Fr), r)
-				x.BodyBytesDown += n
-				uc.down.Add(uint64(n))
-				resp.Reusable = false
-				return resp, true, err
-			}
-			// EOF or a reset, and no byte with it.
-			switch {
-			case !mine && st.Seen == u.armAt && isReset(r.err):
-				return nil, false, l7.ErrNoResponse
-			case mine && st.Fr.Phase == maps.PhaseUntilClose && errors.Is(r.err, io.EOF):
-				// A body delimited by the close: the replica's last
-				// send completed, carried bytes included, before its FIN.
-				resp := carriedHead(st)
-				x.FirstByteAt = k.kernelTime(st.FirstNs)
-				x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
-				return resp, true, nil
-			case errors.Is(r.err, io.EOF):
-				return nil, false, io.ErrUnexpectedEOF
-			}
-			return nil, false, r.err
-		case <-tick.C:
+		_ = up.SetReadDeadline(time.Now().Add(stallCheck))
+		n, rerr := up.Read(buf)
+		if n == 0 && rerr == nil {
+			continue
+		}
+		if n == 0 && isTimeout(rerr) {
 			st, _ := k.st.SocketState(u.cookie)
-			if st.Gen == u.gen && st.Seen != lastSeen {
+			if st.Gen == gen && st.Seen != lastSeen {
 				lastProgress, lastSeen = time.Now(), st.Seen
 			} else if time.Since(lastProgress) > x.Idle {
-				if st.Gen != u.gen {
+				if st.Gen != gen {
 					return nil, false, l7.ErrHeadTimeout
 				}
 				return nil, false, fmt.Errorf("kernel datapath: response stalled: %w", errIdle)
 			}
+			continue
 		}
+		st, err := k.st.SocketState(u.cookie)
+		if err != nil {
+			return nil, false, err
+		}
+		mine := st.Gen == gen
+		if n > 0 && mine && st.DoneGen == gen && st.HaltGen != gen {
+			// The response's last byte, which the kernel passed
+			// after it carried the rest.
+			return k.relayTail(x, u, st, buf[:n], rerr, uc)
+		}
+		if n > 0 && (!mine || st.Redirected == 0) {
+			// Nothing of this response was carried: it is the shim's
+			// from its first byte (a head to rewrite or judge, no
+			// credit, an arm that came late).
+			x.Upstream.Pending = append([]byte(nil), buf[:n]...)
+			return nil, false, nil
+		}
+		if n > 0 {
+			// The kernel carried the head and part of the body, then
+			// stopped (credit, framing): the shim goes on from where
+			// it stopped.
+			resp := carriedHead(st, 0)
+			x.FirstByteAt = k.kernelTime(st.FirstNs)
+			x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
+			n, err := finishInUser(x, frameFromKernel(st.Fr), buf[:n], rerr)
+			x.BodyBytesDown += n
+			uc.down.Add(uint64(n))
+			resp.Reusable = false
+			return resp, true, err
+		}
+		// EOF or a reset, and no byte with it.
+		switch {
+		case !mine && st.Seen == u.armAt && isReset(rerr):
+			return nil, false, l7.ErrNoResponse
+		case mine && st.Fr.Phase == maps.PhaseUntilClose && errors.Is(rerr, io.EOF):
+			// A body delimited by the close: the replica's last
+			// send completed, carried bytes included, before its FIN.
+			resp := carriedHead(st, 0)
+			x.FirstByteAt = k.kernelTime(st.FirstNs)
+			x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
+			return resp, true, nil
+		case errors.Is(rerr, io.EOF):
+			return nil, false, io.ErrUnexpectedEOF
+		}
+		return nil, false, rerr
 	}
+}
+
+// relayTail writes the tail of a response the kernel carried but for its
+// last bytes (st.EndAt is where it ends): got is what the upstream read
+// brought (with err), the rest is read here. The carried bytes are on the
+// client socket already, so the tail lands after them.
+func (k *MsgPath) relayTail(x *l7.Exchange, u *msgUpstream, st maps.SockState, got []byte, err error, uc *byteCounters) (*l7.ResponseHead, bool, error) {
+	length := st.EndAt - u.armAt
+	resp := carriedHead(st, length)
+	x.FirstByteAt = k.kernelTime(st.FirstNs)
+	need := int(length - st.Redirected)
+	tail := append([]byte(nil), got...)
+	for len(tail) < need && err == nil {
+		b := make([]byte, need-len(tail))
+		_ = x.Upstream.SetReadDeadline(time.Now().Add(x.Idle))
+		var n int
+		n, err = x.Upstream.TCPConn.Read(b)
+		tail = append(tail, b[:n]...)
+	}
+	_ = x.Upstream.SetReadDeadline(time.Time{})
+	if len(tail) < need {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return resp, true, err
+	}
+	if _, werr := x.Client.WriteAll(x.Idle, tail[:need]); werr != nil {
+		return resp, true, werr
+	}
+	x.BodyBytesDown += int64(length - st.HeadLen)
+	uc.down.Add(uint64(need))
+	// The next response starts after this one's last byte. Bytes past
+	// the end, or the replica's close, came with it: the connection
+	// serves no other exchange.
+	u.next, u.nextKnown = st.EndAt, true
+	if len(tail) > need || err != nil {
+		resp.Reusable, u.nextKnown = false, false
+	}
+	return resp, true, nil
 }
 
 // isReset reports an upstream that closed (FIN) or reset the connection.
@@ -208,10 +240,11 @@ func isReset(err error) bool {
 
 // carriedHead is the response head the kernel parsed (the shim never saw
 // it): what the shim needs of it for its counters and its connections.
-func carriedHead(st maps.SockState) *l7.ResponseHead {
+// length is the whole response's, when the kernel found its end (0: not).
+func carriedHead(st maps.SockState, length uint64) *l7.ResponseHead {
 	r := &l7.ResponseHead{Version: "HTTP/1.1", Status: int(st.Status), Reusable: true}
 	switch {
-	case st.HeadLen > 0 && st.Fr.Phase == maps.PhaseDone && st.Redirected == st.HeadLen:
+	case st.HeadLen > 0 && st.Fr.Phase == maps.PhaseDone && length == st.HeadLen:
 		r.Framing = l7.FramingNone // no body: HEAD, 204, 304, Content-Length: 0
 	case st.HeadFlags&maps.HeadChunked != 0:
 		r.Framing = l7.FramingChunked
@@ -224,43 +257,49 @@ func carriedHead(st maps.SockState) *l7.ResponseHead {
 }
 
 // finishInUser relays the rest of a response the kernel stopped carrying:
-// first (what the upstream watch read), then what follows, by framing fr
-// from where the kernel's parser stopped. The kernel's bytes are on the
-// client socket already (a redirect completes inside the replica's send),
-// so nothing is overtaken.
-func finishInUser(x *l7.Exchange, w *upWatch, fr bodyFrame, first upRead) (int64, error) {
+// first (read from the upstream with err), then what follows, by framing
+// fr from where the kernel's parser stopped. The kernel's bytes are on
+// the client socket already (a redirect completes inside the replica's
+// send), so nothing is overtaken.
+func finishInUser(x *l7.Exchange, fr bodyFrame, first []byte, err error) (int64, error) {
 	var total int64
-	idle := time.NewTimer(x.Idle)
-	defer idle.Stop()
-	defer w.stop()
-	r := first
+	up := x.Upstream.TCPConn
+	defer up.SetReadDeadline(time.Time{})
+	buf := make([]byte, 32<<10)
+	data := first
 	for {
-		if len(r.data) > 0 {
-			n, err := fr.Feed(r.data)
-			if err != nil {
-				return total, err
+		if len(data) > 0 {
+			n, ferr := fr.Feed(data)
+			if ferr != nil {
+				return total, ferr
 			}
-			if _, err := x.Client.WriteAll(x.Idle, r.data[:n]); err != nil {
-				return total, err
+			if _, werr := x.Client.WriteAll(x.Idle, data[:n]); werr != nil {
+				return total, werr
 			}
 			total += int64(n)
 		}
 		if fr.Done() {
 			return total, nil
 		}
-		if r.err != nil {
-			if fr.untilClose() && errors.Is(r.err, io.EOF) {
+		if err != nil {
+			if fr.untilClose() && errors.Is(err, io.EOF) {
 				return total, nil
 			}
-			if errors.Is(r.err, io.EOF) {
+			if errors.Is(err, io.EOF) {
 				return total, io.ErrUnexpectedEOF
 			}
-			return total, r.err
+			return total, err
 		}
-		idle.Reset(x.Idle)
-		select {
-		case r = <-w.out:
-		case <-idle.C:
+		deadline := time.Now().Add(x.Idle)
+		_ = up.SetReadDeadline(deadline)
+		var n int
+		n, err = up.Read(buf)
+		data = buf[:n]
+		if n == 0 && isTimeout(err) {
+			if time.Now().Before(deadline) {
+				err = nil // a wake that raced the end of the wait
+				continue
+			}
 			return total, fmt.Errorf("kernel datapath: response stalled: %w", errIdle)
 		}
 	}

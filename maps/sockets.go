@@ -188,8 +188,10 @@ func (s *State) NewSocketState(cookie, seen uint64) error {
 
 // PairStats are lmw_pair's counters, summed over CPUs.
 type PairStats struct {
-	Paired uint64 // a replica's socket joined lmw_replica_socks
-	Failed uint64 // it could not (no sk storage, SOCKHASH full)
+	Paired       uint64 // a replica's socket joined lmw_replica_socks
+	Failed       uint64 // it could not (no sk storage, SOCKHASH full)
+	Client       uint64 // a client socket of a frontend joined lmw_client_socks
+	ClientFailed uint64 // it could not (SOCKHASH full)
 }
 
 // PairStats reads lmw_pair_stats.
@@ -198,7 +200,7 @@ func (s *State) PairStats() (PairStats, error) {
 	if err := sumCounters(s.objs.LmwPairStats, c[:]); err != nil {
 		return PairStats{}, err
 	}
-	return PairStats{Paired: c[0], Failed: c[1]}, nil
+	return PairStats{Paired: c[0], Failed: c[1], Client: c[2], ClientFailed: c[3]}, nil
 }
 
 // SocketInMap reports whether cookie is in the SOCKHASH.

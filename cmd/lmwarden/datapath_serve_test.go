@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,15 +46,24 @@ func TestServeRunsTheKernelDatapathItSays(t *testing.T) {
 			if bytes["kernel"] == 0 {
 				t.Fatalf("--datapath %s: the kernel carried no byte (lmwarden_kernel_bytes_total %v)", mode, bytes)
 			}
-			if mode == "msg" && bytes["user_down"] != 0 {
-				t.Fatalf("--datapath msg: %.0f response bytes crossed userspace (lmwarden_kernel_bytes_total %v)", bytes["user_down"], bytes)
+			// sk_msg passes each response's last byte to the shim,
+			// which relays it (and so knows the response ended).
+			if mode == "msg" && bytes["user_down"] != 4 {
+				t.Fatalf("--datapath msg: %.0f response bytes crossed userspace, want 4 (the last byte of each response; lmwarden_kernel_bytes_total %v)", bytes["user_down"], bytes)
+			}
+			// Each client connection to the frontend joined the
+			// redirect targets in the kernel, during its handshake.
+			if joins := metricByLabels(t, admin, "lmwarden_kernel_socket_joins_total", "socket", "outcome"); mode == "msg" &&
+				(joins["client,joined"] == 0 || joins["client,failed"] != 0 || joins["replica,joined"] == 0) {
+				t.Fatalf("--datapath msg: lmwarden_kernel_socket_joins_total %v: want the client connections and the replicas' sockets joined by the kernel", joins)
 			}
 		})
 	}
 }
 
-// kernelBytes sums lmwarden_kernel_bytes_total by its path label.
-func kernelBytes(tb testing.TB, admin string) map[string]float64 {
+// metricByLabels reads the counter name from admin's /metrics, summed by
+// the values of the labels named (joined with commas).
+func metricByLabels(tb testing.TB, admin, name string, labels ...string) map[string]float64 {
 	tb.Helper()
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get("http://" + admin + "/metrics")
@@ -67,15 +78,22 @@ func kernelBytes(tb testing.TB, admin string) map[string]float64 {
 		if err := dec.Decode(&mf); err != nil {
 			return out
 		}
-		if mf.GetName() != "lmwarden_kernel_bytes_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			vals := make([]string, len(labels))
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "path" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
+				if i := slices.Index(labels, l.GetName()); i >= 0 {
+					vals[i] = l.GetValue()
 				}
 			}
+			out[strings.Join(vals, ",")] += m.GetCounter().GetValue()
 		}
 	}
+}
+
+// kernelBytes sums lmwarden_kernel_bytes_total by its path label.
+func kernelBytes(tb testing.TB, admin string) map[string]float64 {
+	return metricByLabels(tb, admin, "lmwarden_kernel_bytes_total", "path")
 }
