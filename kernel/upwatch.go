@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// upWatch reads the upstream while the kernel carries its response: a FIN
+// upWatch reads the upstream while sk_skb carries its response: a FIN
 // or RST is not carried across a redirect, so only a read notices it; it
 // also gets the segment the verdict passes (the response's tail, or
 // everything if the arm failed). stop ends it without losing a byte
@@ -74,38 +74,6 @@ func (w *upWatch) stop() (clean bool) {
 			}
 		default:
 			return clean
-		}
-	}
-}
-
-// collect ends the watch and returns, in order, every byte it read that
-// nobody took (the shim reads on from there), and the error it met, if
-// any other than the stop's own deadline.
-func (w *upWatch) collect() ([]byte, error) {
-	w.stopping.Store(true)
-	_ = w.c.SetReadDeadline(time.Unix(1, 0))
-	defer w.c.SetReadDeadline(time.Time{})
-	var data []byte
-	var rerr error
-	take := func(r upRead) {
-		data = append(data, r.data...)
-		if r.err != nil && !isTimeout(r.err) && rerr == nil {
-			rerr = r.err
-		}
-	}
-	for {
-		select {
-		case r := <-w.out:
-			take(r)
-		case <-w.done:
-			for {
-				select {
-				case r := <-w.out:
-					take(r)
-				default:
-					return data, rerr
-				}
-			}
 		}
 	}
 }
