@@ -489,7 +489,13 @@ func TestAdminAPI(t *testing.T) {
 	w.turn(t, "adm", 0)
 	base := "http://" + w.server.AdminAddr()
 	var hr picker.HostsResponse
-	getJSON(t, base+"/api/v1/hosts", &hr)
+	// A host's replicas turn ready one poll at a time after its start
+	// (one of two ready was seen in a CI run): wait for the poll that
+	// sees both.
+	testutil.Eventually(t, 10*time.Second, "host 0's two replicas ready in /api/v1/hosts", func() bool {
+		getJSON(t, base+"/api/v1/hosts", &hr)
+		return len(hr.Hosts) == 2 && hr.Hosts[0].Load.Ready == 2
+	})
 	if !hr.Ready || len(hr.Hosts) != 2 || hr.Hosts[0].Load.Ready != 2 || hr.Hosts[0].Endpoint != w.hosts[0].Endpoint {
 		t.Errorf("hosts: %+v", hr)
 	}
