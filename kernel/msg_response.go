@@ -218,11 +218,13 @@ func (k *MsgPath) relayTail(x *l7.Exchange, u *msgUpstream, st maps.SockState, g
 		}
 		return resp, true, err
 	}
+	// Counted first: the client may read the tail, and look at the
+	// counters, before this goroutine runs again.
+	x.BodyBytesDown += int64(length - st.HeadLen)
+	uc.down.Add(uint64(need))
 	if _, werr := x.Client.WriteAll(x.Idle, tail[:need]); werr != nil {
 		return resp, true, werr
 	}
-	x.BodyBytesDown += int64(length - st.HeadLen)
-	uc.down.Add(uint64(need))
 	// The next response starts after this one's last byte. Bytes past
 	// the end, or the replica's close, came with it: the connection
 	// serves no other exchange.

@@ -43,8 +43,8 @@ func TestKernelCarriesAReplicaInAnotherNetworkNamespace(t *testing.T) {
 			t.Fatalf("request %d: status %d, %d bytes of %d", i, resp.StatusCode, len(body), len(want))
 		}
 	}
+	l7.WaitInFlight(t, m) // the exchanges' own counts are done
 	checkShare(t, p)
-	l7.WaitInFlight(t, m)
 }
 
 // TestKernelSaysWhyAReplicaDoesNotPairAndFallsBack attaches lmw_pair to a

@@ -121,8 +121,8 @@ func TestKernelCarriesBodyAndStreamIntact(t *testing.T) {
 		m := l7.MustModel(t, l7.ModelConfig("http://"+up))
 		_, addr := l7.MustShim(t, m, kernelOptions(p))
 		checkedRequest(t, l7.MustDial(t, addr), "s", 0, 256)
+		l7.WaitInFlight(t, m) // the exchanges' own counts are done
 		checkShare(t, p)
-		l7.WaitInFlight(t, m)
 	})
 }
 
@@ -196,8 +196,8 @@ func TestKernelCarriesKeepAliveRequestBodies(t *testing.T) {
 		for i := range 8 {
 			checkedRequest(t, c, "keepalive", i, 64)
 		}
+		l7.WaitInFlight(t, m) // the exchanges' own counts are done
 		checkShare(t, p)
-		l7.WaitInFlight(t, m)
 	})
 }
 
@@ -218,8 +218,8 @@ func TestKernelPoolsUpstreamAcrossNewClients(t *testing.T) {
 		if n := conns.Load(); n != 1 {
 			t.Errorf("the upstream accepted %d connections for 20 clients one after another, want 1 (pooled)", n)
 		}
+		l7.WaitInFlight(t, m) // the exchanges' own counts are done
 		checkShare(t, p)
-		l7.WaitInFlight(t, m)
 	})
 }
 
@@ -244,8 +244,8 @@ func TestKernelPooledUpstreamServesKeepAliveClientsInTurn(t *testing.T) {
 		if n := conns.Load(); n != 1 {
 			t.Errorf("the upstream accepted %d connections, want 1 (pooled)", n)
 		}
+		l7.WaitInFlight(t, m) // the exchanges' own counts are done
 		checkShare(t, p)
-		l7.WaitInFlight(t, m)
 	})
 }
 
