@@ -52,11 +52,7 @@ int lmw_dispatch(struct bpf_sk_lookup *ctx)
 		key.addr[2] = ctx->local_ip6[2];
 		key.addr[3] = ctx->local_ip6[3];
 	}
-	fe = bpf_map_lookup_elem(&lmw_frontends, &key);
-	if (!fe) {
-		key.addr[0] = key.addr[1] = key.addr[2] = key.addr[3] = 0;
-		fe = bpf_map_lookup_elem(&lmw_frontends, &key);
-	}
+	fe = frontend_of(&key);
 	if (!fe) {
 		count(&lmw_dispatch_stats, DISPATCH_MISS);
 		return SK_PASS;

@@ -124,6 +124,19 @@ static __always_inline void count(void *counters, __u32 key)
 		(*v)++;
 }
 
+/* frontend_of looks key up in lmw_frontends, then the wildcard address
+ * for its port (key's address is zeroed for that). */
+static __always_inline struct frontend_value *frontend_of(struct frontend_key *key)
+{
+	struct frontend_value *fe = bpf_map_lookup_elem(&lmw_frontends, key);
+
+	if (!fe) {
+		key->addr[0] = key->addr[1] = key->addr[2] = key->addr[3] = 0;
+		fe = bpf_map_lookup_elem(&lmw_frontends, key);
+	}
+	return fe;
+}
+
 #include "dispatch.h"
 #include "pair.h"
 #include "reply.h"

@@ -44,11 +44,7 @@ static __always_inline void join_client(struct bpf_sock_ops *skops, const struct
 	fk.addr[1] = k->dst[1];
 	fk.addr[2] = k->dst[2];
 	fk.addr[3] = k->dst[3];
-	fe = bpf_map_lookup_elem(&lmw_frontends, &fk);
-	if (!fe) {
-		fk.addr[0] = fk.addr[1] = fk.addr[2] = fk.addr[3] = 0;
-		fe = bpf_map_lookup_elem(&lmw_frontends, &fk);
-	}
+	fe = frontend_of(&fk);
 	if (!fe)
 		return;
 	cookie = bpf_get_socket_cookie(skops);
