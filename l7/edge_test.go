@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -556,7 +557,18 @@ func TestRequestsPipelinedAfterConnectionCloseAreNotServed(t *testing.T) {
 func TestClientAbortMidStreamAbortsTheReplicaRequest(t *testing.T) {
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))
-	_, addr := mustShim(t, m, Options{})
+	// The log must not blame the replica: over sk_msg the redirect into
+	// the reset client fails the replica's send, and the replica may
+	// close before the shim's client watch has read the reset. (sk_skb
+	// still blames it: its psock reports the failed redirect as a broken
+	// pipe on the upstream socket; known, docs/kernel.md.)
+	var logs bytes.Buffer
+	_, addr := mustShim(t, m, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer func() {
+		if defaultDatapath().Name() != "skb" && strings.Contains(logs.String(), "replica's side") {
+			t.Errorf("a client that left was logged as the replica's fault:\n%s", logs.String())
+		}
+	}()
 	for _, maxTokens := range []int{4000, 4000} { // twice: the replica is usable after
 		before := sv.Stats(0).GenerationTokens
 		c := mustDial(t, addr)

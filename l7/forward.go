@@ -359,7 +359,11 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		resp, carried, err = s.awaitResponse(x, watch, armed)
 	}
 	if err != nil {
-		if watch.stop() {
+		// A kernel datapath's redirect into a client that reset fails
+		// the replica's send, and the replica may close before the watch
+		// has read that reset: the client left, the replica did nothing
+		// wrong.
+		if watch.stop() || peerGone(client, true) {
 			return 0, errClientGone
 		}
 		if carried {
