@@ -185,6 +185,12 @@ func (g *Gateway) Close() {
 	g.transport.CloseIdleConnections()
 }
 
+// CloseIdleConnections drops the idle upstream connections, as a gateway
+// does once it has read the FIN of a host that went away: a request sent
+// on one the host had already closed would fail with EOF after its bytes
+// went up, which the gateway may not send again.
+func (g *Gateway) CloseIdleConnections() { g.transport.CloseIdleConnections() }
+
 // Served is how many requests each endpoint served.
 func (g *Gateway) Served() map[string]uint64 {
 	g.mu.Lock()
