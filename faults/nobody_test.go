@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/testutil"
 )
 
 // The unprivileged neighbour: helpers that run a step of a test as the
@@ -77,22 +79,7 @@ func floodHelper(tb testing.TB, src string, n int) int {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=flood", "LMWARDEN_FAULTS_ARGS="+src+"\x1f"+strconv.Itoa(n))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	out := testutil.StartChild(tb, cmd) // it holds the connections until the test ends
 	var opened int
 	if _, err := fmt.Fscanf(out, "opened %d\n", &opened); err != nil {
 		tb.Fatalf("flood helper: %v", err)
