@@ -285,9 +285,9 @@ struct replica_stats {
 	__u64 bytes_user;   /* bytes passed to the shim */
 };
 
-/* response_end: a ring-buffer record per response whose end the kernel
+/* response_end: a ring-buffer record per response whose end lmw_verdict
  * carried (no CTL_TAIL_PASS: the shim learns of a passed tail by reading
- * it), and per request body carried to its end that the shim waits for
+ * it; lmw_reply always passes the tail), and per request body carried to its end that the shim waits for
  * (CTL_NOTIFY). Only records somebody waits for are written: one nobody
  * reads would still wake the reader. */
 #define END_FRAMED 1 /* response: Content-Length or chunked end found */

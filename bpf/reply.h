@@ -6,8 +6,7 @@
  * client socket's egress (no loopback TCP, no kernel worker, no shim
  * wake-up), head included, while it follows the framing to find the
  * response's end. The shim learns of that end from the response's last
- * byte, which the program passes to it (CTL_TAIL_PASS, the shim relays
- * it), or else from a ring-buffer record.
+ * byte, which the program passes to it (the shim relays it).
  *
  * It carries a response only when nothing about it needs the shim: a head
  * of "HTTP/1.1 <status>" with status 200 or more, well-formed fields, no
@@ -436,14 +435,14 @@ int lmw_reply(struct sk_msg_md *msg)
 		halt = HALT_CREDIT;
 		goto halt;
 	}
-	/* With CTL_TAIL_PASS the response's last byte goes to the shim: the
-	 * client cannot send its next request before it has that byte, so
-	 * the shim, which relays it, has counted the response done before
-	 * then (a ring-buffer record races the client's next request, and
-	 * loses it on a busy machine). The rest of the message is carried
+	/* The response's last byte goes to the shim: the client cannot send
+	 * its next request before it has that byte, so the shim, which
+	 * relays it, has counted the response done before then (a
+	 * ring-buffer record raced the client's next request, and lost it
+	 * on a busy machine). The rest of the message is carried
 	 * (bpf_msg_apply_bytes); the last byte meets this program again,
 	 * finds done_gen, and passes. */
-	if (w->ended && (ctl->flags & CTL_TAIL_PASS))
+	if (w->ended)
 		tail = 1;
 	if (len > tail) {
 		if (bpf_msg_redirect_hash(msg, &lmw_client_socks, &ctl->peer, 0) != SK_PASS) {
@@ -471,24 +470,12 @@ int lmw_reply(struct sk_msg_md *msg)
 	if (rs)
 		rs->bytes_kernel += len - tail;
 	if (w->ended) {
-		struct response_end ev = {
-			.cookie = key,
-			.bytes = st->redirected,
-			.gen = st->gen,
-			.replica = replica,
-			.status = st->status,
-			.how = END_FRAMED,
-		};
-
 		st->done_gen = st->gen;
 		if (rs)
 			rs->responses++;
-		if (!tail) {
-			bpf_ringbuf_output(&lmw_response_ends, &ev, sizeof(ev), 0);
-		} else if (len == tail) {
+		if (len == tail) {
 			/* Nothing to carry: the message is the last byte. */
 			o = st->seen;
-			len = tail;
 			goto pass;
 		}
 	}

@@ -48,10 +48,10 @@ func (k *MsgPath) ArmResponse(x *l7.Exchange) (bool, error) {
 		}
 		at = st.Seen
 	}
-	// The response's last byte comes to the shim (CTL_TAIL_PASS): it has
+	// lmw_reply passes the response's last byte to the shim: it has
 	// counted the response done before the client can send its next
 	// request (see AwaitResponse).
-	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.gen + 1, Mode: maps.ModeReply, Replica: slot, Flags: maps.CtlTailPass}
+	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.gen + 1, Mode: maps.ModeReply, Replica: slot}
 	if x.Request.Method == "HEAD" {
 		ctl.Flags |= maps.CtlNoBody
 	}
