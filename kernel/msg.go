@@ -135,3 +135,5 @@ func (k *MsgPath) unpaired(addr string) {
 
 var _ l7.Datapath = (*MsgPath)(nil)
 var _ l7.ResponseCarrier = (*MsgPath)(nil)
+
+var _ l7.ConnPreparer = (*MsgPath)(nil)

@@ -96,6 +96,12 @@ func (k *MsgPath) client(c *l7.Conn) (uint64, error) {
 	return cookie, nil
 }
 
+// PrepareConn implements l7.ConnPreparer: the client's setup (client)
+// is done as its connection is accepted, while its request is still on
+// its way. A failure is met again at the arm (a client that half-closed
+// at once, say), which then goes without the kernel.
+func (k *MsgPath) PrepareConn(c *l7.Conn) { _, _ = k.client(c) }
+
 // credit is how many bytes the kernel may redirect to c for one response:
 // half of what its send buffer can still take (the kernel counts a
 // buffer's skb overhead against it, measured at about 2% for a stream).

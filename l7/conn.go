@@ -29,6 +29,7 @@ type Conn struct {
 	// readLimit, if set, bounds every read of the connection however much
 	// progress it makes (a request body's deadline).
 	readLimit time.Time
+	marks     []phaseMark // the exchange's steps (phases.go), when profiled
 }
 
 // readBy is the read deadline of a wait of at most idle: now+idle, or the

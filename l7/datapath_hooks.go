@@ -16,6 +16,17 @@ type HeadReader interface {
 	ReadFirstHead(c *Conn) (h *Head, rest []byte, err error)
 }
 
+// ConnPreparer is implemented by a Datapath that sets a client connection
+// up before its first request head is read (the sk_msg datapath reads
+// the socket's cookie, sizes its send buffer and makes sure it joined
+// lmw_client_socks): done while the request is still on its way, not
+// between its head and the replica.
+type ConnPreparer interface {
+	// PrepareConn sets c up; what fails here is tried again, or
+	// reported, where the datapath needs it.
+	PrepareConn(c *Conn)
+}
+
 // HeadWaiter is implemented by a Datapath that waits for a keep-alive
 // connection's next head without reading it.
 type HeadWaiter interface {

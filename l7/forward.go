@@ -32,6 +32,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Source:       remoteAddr(client.TCPConn),
 		Now:          start,
 	})
+	client.mark("placed")
 	var parked time.Duration
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
@@ -67,6 +68,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		s.rejectWhy(client, 502, h, fmt.Sprintf("could not connect to replica %d: %v", p.Replica, err))
 		return false
 	}
+	client.mark("conn")
 	x := &Exchange{
 		Model: s.placer.Name(), Replica: p.Replica,
 		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout, parked: parked, began: start,
@@ -284,6 +286,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		early = int(min(int64(len(client.Pending)), h.ContentLength))
 	}
 	err := arm()
+	client.mark("armed")
 	if err == nil {
 		_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
 	}
@@ -312,6 +315,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	if h.Framing == FramingLength {
 		x.Request = withLength(h, h.ContentLength-int64(early))
 	}
+	client.mark("written")
 	if err := s.relayRequestBody(x, p); err != nil {
 		x.Request = h
 		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
@@ -331,6 +335,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 
 	// A kernel-carried response reaches the client without the shim: the
 	// watch disarms it before it writes a 100 Continue probe.
+	client.mark("body")
 	watch := watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
 	resp, carried, err := s.awaitResponse(x, watch, armed)
 	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
@@ -375,6 +380,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		}
 		return 502, err
 	}
+	client.mark("response")
 	x.Response = resp
 	if x.earlyAnswer {
 		resp.Reusable = false // the rest of the request never went there

@@ -248,6 +248,9 @@ func (s *Shim) serveConn(c *Conn) {
 		}
 		s.wg.Done()
 	}()
+	if cp, ok := s.dp.(ConnPreparer); ok {
+		cp.PrepareConn(c)
+	}
 	// The first head: its deadline set under the lock (a drain that began
 	// meanwhile bounds it too).
 	headDeadline := time.Now().Add(s.opts.HeadTimeout)
@@ -274,6 +277,7 @@ func (s *Shim) serveConn(c *Conn) {
 		if !first {
 			s.setReadDeadline(c, headDeadline)
 		}
+		c.mark("wake")
 		h, rest, err := s.readHead(c, first) // kernel datapath hook: l7/kernel_head.go
 		if first {
 			s.setIdle(c, false, time.Time{})
@@ -288,7 +292,11 @@ func (s *Shim) serveConn(c *Conn) {
 			return
 		}
 		c.Pending = rest
-		if !s.exchange(c, h) {
+		c.mark("head")
+		ok := s.exchange(c, h)
+		c.mark("end")
+		c.flushMarks(first)
+		if !ok {
 			return
 		}
 	}

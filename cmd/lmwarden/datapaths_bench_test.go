@@ -82,6 +82,9 @@ func BenchmarkDatapaths(b *testing.B) {
 	if os.Getenv("LMWARDEN_BENCH_KEEPALIVE_1") != "" { // for profiles: one setting
 		keeps, streamss = []bool{true}, []int{1}
 	}
+	if os.Getenv("LMWARDEN_BENCH_ONE_STREAM") != "" { // for profiles: fresh and keep-alive, one stream
+		streamss = []int{1}
+	}
 	rounds := b.N
 	if r, err := strconv.Atoi(os.Getenv("LMWARDEN_BENCH_ROUNDS")); err == nil && r > 0 {
 		rounds *= r
@@ -145,8 +148,12 @@ func BenchmarkDatapaths(b *testing.B) {
 	fmt.Print(t.String())
 }
 
-// perRound is how many requests each round sends with streams at once.
+// perRound is how many requests each round sends with streams at once
+// (LMWARDEN_BENCH_PER_ROUND sets it for every setting).
 func perRound(streams int) int {
+	if n, err := strconv.Atoi(os.Getenv("LMWARDEN_BENCH_PER_ROUND")); err == nil && n > 0 {
+		return n
+	}
 	if streams == 1 {
 		return 12
 	}
@@ -261,7 +268,7 @@ func (c *benchClient) exchange(tb testing.TB, body string) benchSample {
 	}
 	n, err := io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || n < 256*64 {
+	if err != nil || resp.StatusCode != 200 || n < int64(benchEvents())*64 {
 		tb.Fatalf("response: status %d, %d bytes, %v", resp.StatusCode, n, err)
 	}
 	return benchSample{ttfb: ttfb, done: time.Since(start), bytes: n}
@@ -300,6 +307,15 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 		return startHAProxy(tb, up)
 	}
 	front := freeAddr(tb)
+	// "msg@GOMAXPROCS=1": a warden with that in its environment (an A/B
+	// of one knob in one run).
+	var env []string
+	if f := os.Getenv("LMWARDEN_PHASES"); f != "" { // the shim's profile (l7/phases.go), a file per path
+		env = append(env, "LMWARDEN_PHASES="+f+"."+strings.NewReplacer("@", "-", "=", "-", "/", "-").Replace(path))
+	}
+	if p, e, ok := strings.Cut(path, "@"); ok {
+		path, env = p, append(env, e)
+	}
 	args := []string{"serve", "--listen", front, "--replica", "http://" + up, "--admin", "off", "--datapath", path, "--log-level", "warn"}
 	var dir string
 	if path != "user" {
@@ -308,6 +324,7 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
@@ -520,7 +537,7 @@ func TestBenchUpstreamProcess(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		f := w.(http.Flusher)
-		for i := range 256 {
+		for i := range benchEvents() {
 			if i > 0 {
 				time.Sleep(time.Millisecond)
 			}
@@ -534,4 +551,13 @@ func TestBenchUpstreamProcess(t *testing.T) {
 		os.Exit(0)
 	}()
 	(&http.Server{Handler: mux}).Serve(ln)
+}
+
+// benchEvents is the number of SSE events of a response: 256, or
+// LMWARDEN_BENCH_EVENTS (fewer make a quick profile of TTFB alone).
+func benchEvents() int {
+	if n, err := strconv.Atoi(os.Getenv("LMWARDEN_BENCH_EVENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 256
 }
