@@ -39,7 +39,8 @@ import (
 //
 // Reported per path and setting: time to first byte p50/p99 (from the
 // request's first byte written to the response's first byte read), the
-// stream's completion time, and CPU per request and per GB moved, twice:
+// stream's completion time, its end (from the last data to the body's
+// end: the terminating chunk), and CPU per request and per GB moved, twice:
 // the whole machine's (/proc/stat, everything counts, other jobs too) and
 // ours (the client, the upstream, the path's own process, and the
 // kernel's workers: kworker, ksoftirqd). A table of each path against
@@ -113,8 +114,8 @@ func BenchmarkDatapaths(b *testing.B) {
 	}
 	b.StopTimer()
 	type row struct {
-		ttfb50, ttfb99, done50 time.Duration
-		machine, ours, oursGB  float64 // ms a request; s a GB
+		ttfb50, ttfb99, done50, tail50 time.Duration
+		machine, ours, oursGB          float64 // ms a request; s a GB
 	}
 	rows := map[key]row{}
 	for _, k := range order {
@@ -123,22 +124,23 @@ func BenchmarkDatapaths(b *testing.B) {
 		rows[k] = row{
 			ttfb50:  quantile(a.samples, 0.5, func(s benchSample) time.Duration { return s.ttfb }),
 			ttfb99:  quantile(a.samples, 0.99, func(s benchSample) time.Duration { return s.ttfb }),
+			tail50:  quantile(a.samples, 0.5, func(s benchSample) time.Duration { return s.tail }),
 			done50:  quantile(a.samples, 0.5, func(s benchSample) time.Duration { return s.done }),
 			machine: 1000 * a.machine / n, ours: 1000 * a.ours / n, oursGB: a.ours / (float64(a.moved) / 1e9),
 		}
 	}
 	var t strings.Builder
 	fmt.Fprintf(&t, "\n%d requests per path and setting (%d rounds)\n", len(results[order[0]].samples), rounds)
-	fmt.Fprintf(&t, "| path | conns | streams | TTFB p50 | added | TTFB p99 | stream p50 | delay | CPU/req ours | added | CPU/GB ours | CPU/req machine |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&t, "| path | conns | streams | TTFB p50 | added | TTFB p99 | stream p50 | delay | end p50 | CPU/req ours | added | CPU/GB ours | CPU/req machine |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		r, d := rows[k], rows[key{"direct", k.keep, k.streams}]
 		if _, ok := rows[key{"direct", k.keep, k.streams}]; !ok {
 			d = r
 		}
-		fmt.Fprintf(&t, "| %s | %s | %d | %d µs | %+d µs | %d µs | %.1f ms | %+.2f%% | %.2f ms | %+.2f ms | %.1f s | %.2f ms |\n",
+		fmt.Fprintf(&t, "| %s | %s | %d | %d µs | %+d µs | %d µs | %.1f ms | %+.2f%% | %d µs | %.2f ms | %+.2f ms | %.1f s | %.2f ms |\n",
 			k.path, connMode(k.keep), k.streams,
 			r.ttfb50.Microseconds(), (r.ttfb50 - d.ttfb50).Microseconds(), r.ttfb99.Microseconds(),
-			float64(r.done50.Microseconds())/1000, 100*float64(r.done50-d.done50)/float64(d.done50),
+			float64(r.done50.Microseconds())/1000, 100*float64(r.done50-d.done50)/float64(d.done50), r.tail50.Microseconds(),
 			r.ours, r.ours-d.ours, r.oursGB, r.machine)
 		if k.path == "msg" && k.streams == 1 && !k.keep {
 			b.ReportMetric(float64((r.ttfb50 - d.ttfb50).Microseconds()), "msg-added-ttfb-µs")
@@ -197,6 +199,7 @@ func connMode(keep bool) string {
 // benchSample is one exchange's timings.
 type benchSample struct {
 	ttfb, done time.Duration
+	tail       time.Duration // last data to the body's end (tailWriter)
 	bytes      int64
 }
 
@@ -266,12 +269,14 @@ func (c *benchClient) exchange(tb testing.TB, body string) benchSample {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	n, err := io.Copy(io.Discard, resp.Body)
+	tw := &tailWriter{}
+	n, err := io.Copy(tw, resp.Body)
+	end := time.Now()
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || n < int64(benchEvents())*64 {
 		tb.Fatalf("response: status %d, %d bytes, %v", resp.StatusCode, n, err)
 	}
-	return benchSample{ttfb: ttfb, done: time.Since(start), bytes: n}
+	return benchSample{ttfb: ttfb, done: end.Sub(start), tail: end.Sub(tw.last), bytes: n}
 }
 
 // machineBusy is the machine's busy CPU time in seconds, all CPUs
@@ -561,3 +566,10 @@ func benchEvents() int {
 	}
 	return 256
 }
+
+// tailWriter notes when the response body's last data arrived: the
+// sample's tail is from then to the body's end (its terminating chunk),
+// which a path that relays the end apart from the data delays.
+type tailWriter struct{ last time.Time }
+
+func (t *tailWriter) Write(b []byte) (int, error) { t.last = time.Now(); return len(b), nil }
