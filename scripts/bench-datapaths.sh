@@ -12,7 +12,7 @@
 #
 # Knobs for profiles (docs/kernel.md, "Profile"):
 #   LMWARDEN_BENCH_PATHS=direct,nginx,msg,msg@GOMAXPROCS=1   # paths; "@VAR=value" runs a warden with it set
-#   LMWARDEN_BENCH_ONE_STREAM=1      # fresh and keep-alive, one stream only
+#   LMWARDEN_BENCH_STREAMS=1         # streams at once (1,32): fresh and keep-alive with one stream only
 #   LMWARDEN_BENCH_EVENTS=1          # SSE events per response (256): 1 measures TTFB alone, quickly
 #   LMWARDEN_BENCH_PER_ROUND=100     # requests per path and setting in each round
 #   LMWARDEN_PHASES=/tmp/phases      # each warden writes its per-step profile to /tmp/phases.<path>

@@ -83,8 +83,13 @@ func BenchmarkDatapaths(b *testing.B) {
 	if os.Getenv("LMWARDEN_BENCH_KEEPALIVE_1") != "" { // for profiles: one setting
 		keeps, streamss = []bool{true}, []int{1}
 	}
-	if os.Getenv("LMWARDEN_BENCH_ONE_STREAM") != "" { // for profiles: fresh and keep-alive, one stream
-		streamss = []int{1}
+	if only := os.Getenv("LMWARDEN_BENCH_STREAMS"); only != "" { // for profiles: "1" or "32"
+		streamss = nil
+		for _, f := range strings.Split(only, ",") {
+			if n, err := strconv.Atoi(f); err == nil && n > 0 {
+				streamss = append(streamss, n)
+			}
+		}
 	}
 	rounds := b.N
 	if r, err := strconv.Atoi(os.Getenv("LMWARDEN_BENCH_ROUNDS")); err == nil && r > 0 {
