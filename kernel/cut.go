@@ -35,7 +35,7 @@ func (k *MsgPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 	}
 	time.Sleep(disarmSettle) // a run of lmw_reply that read the old arm ends
 	st, err := k.st.SocketState(u.cookie)
-	if err != nil || st.Gen != u.gen || st.Redirected == 0 {
+	if err != nil || st.Gen != u.ctl.Gen || st.Redirected == 0 {
 		return l7.CutState{}, false // the kernel carried nothing of it: the shim's state holds
 	}
 	cs := l7.CutState{Began: st.HeadLen > 0 && st.Redirected >= st.HeadLen, Chunked: st.HeadFlags&maps.HeadChunked != 0}

@@ -18,14 +18,13 @@ import (
 // connection touches it.
 type msgUpstream struct {
 	cookie uint64
-	paired bool   // its replica end is in lmw_replica_socks
-	gen    uint32 // the last arm's gen (the shim alone writes sock_ctls)
-	armAt  uint64 // the last arm's stream offset
+	paired bool // its replica end is in lmw_replica_socks
 	// next is the stream offset after the last response, when the kernel
 	// carried it to its end (else it is read from sock_state at the arm).
 	next      uint64
 	nextKnown bool
-	// ctl is the last arm, and armed says it is the current exchange's
+	// ctl is the last arm (its gen and stream offset; the shim alone
+	// writes sock_ctls), and armed says it is the current exchange's
 	// (Disarm, which the shim's client watch may call too, reads them).
 	ctl   maps.SockCtl
 	armed atomic.Bool

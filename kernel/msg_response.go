@@ -51,14 +51,14 @@ func (k *MsgPath) ArmResponse(x *l7.Exchange) (bool, error) {
 	// lmw_reply passes the response's last byte to the shim: it has
 	// counted the response done before the client can send its next
 	// request (see AwaitResponse).
-	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.gen + 1, Mode: maps.ModeReply, Replica: slot}
+	ctl := maps.SockCtl{Peer: cc, ArmAt: at, Credit: cr, Gen: u.ctl.Gen + 1, Mode: maps.ModeReply, Replica: slot}
 	if x.Request.Method == "HEAD" {
 		ctl.Flags |= maps.CtlNoBody
 	}
 	if err := k.st.Arm(u.cookie, ctl); err != nil {
 		return false, err
 	}
-	u.gen, u.armAt, u.nextKnown, u.ctl = ctl.Gen, at, false, ctl
+	u.nextKnown, u.ctl = false, ctl
 	u.armed.Store(true)
 	return true, nil
 }
@@ -97,7 +97,7 @@ func (k *MsgPath) AnsweredEarly(x *l7.Exchange) bool {
 		return false
 	}
 	st, err := k.st.SocketState(u.cookie)
-	return err == nil && st.Gen == u.gen
+	return err == nil && st.Gen == u.ctl.Gen
 }
 
 // stallCheck is how often a wait looks whether the kernel is still
@@ -121,7 +121,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
-	gen := u.gen
+	gen := u.ctl.Gen
 	up := x.Upstream.TCPConn
 	defer up.SetReadDeadline(time.Time{})
 	bp := readBufs.Get().(*[]byte)
@@ -167,9 +167,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 			// The kernel carried the head and part of the body, then
 			// stopped (credit, framing): the shim goes on from where
 			// it stopped.
-			resp := carriedHead(st, 0)
-			x.FirstByteAt = k.kernelTime(st.FirstNs)
-			x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
+			resp := k.carriedSoFar(x, st)
 			n, err := finishInUser(x, frameFromKernel(st.Fr), buf[:n], rerr)
 			x.BodyBytesDown += n
 			uc.down.Add(uint64(n))
@@ -178,15 +176,12 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 		}
 		// EOF or a reset, and no byte with it.
 		switch {
-		case !mine && st.Seen == u.armAt && isReset(rerr):
+		case !mine && st.Seen == u.ctl.ArmAt && isReset(rerr):
 			return nil, false, l7.ErrNoResponse
 		case mine && st.Fr.Phase == maps.PhaseUntilClose && errors.Is(rerr, io.EOF):
 			// A body delimited by the close: the replica's last
 			// send completed, carried bytes included, before its FIN.
-			resp := carriedHead(st, 0)
-			x.FirstByteAt = k.kernelTime(st.FirstNs)
-			x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
-			return resp, true, nil
+			return k.carriedSoFar(x, st), true, nil
 		case errors.Is(rerr, io.EOF):
 			return nil, false, io.ErrUnexpectedEOF
 		}
@@ -199,7 +194,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 // brought (with err), the rest is read here. The carried bytes are on the
 // client socket already, so the tail lands after them.
 func (k *MsgPath) relayTail(x *l7.Exchange, u *msgUpstream, st maps.SockState, got []byte, err error, uc *byteCounters) (*l7.ResponseHead, bool, error) {
-	length := st.EndAt - u.armAt
+	length := st.EndAt - u.ctl.ArmAt
 	resp := carriedHead(st, length)
 	x.FirstByteAt = k.kernelTime(st.FirstNs)
 	need := int(length - st.Redirected)
@@ -240,6 +235,15 @@ func isReset(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
+// carriedSoFar is the head of a response the kernel carried, its end
+// not found (it halted, or the body ends with the close), and gives x the
+// kernel's first-byte time and the body bytes it carried.
+func (k *MsgPath) carriedSoFar(x *l7.Exchange, st maps.SockState) *l7.ResponseHead {
+	x.FirstByteAt = k.kernelTime(st.FirstNs)
+	x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
+	return carriedHead(st, 0)
+}
+
 // carriedHead is the response head the kernel parsed (the shim never saw
 // it): what the shim needs of it for its counters and its connections.
 // length is the whole response's, when the kernel found its end (0: not).
@@ -267,7 +271,9 @@ func finishInUser(x *l7.Exchange, fr bodyFrame, first []byte, err error) (int64,
 	var total int64
 	up := x.Upstream.TCPConn
 	defer up.SetReadDeadline(time.Time{})
-	buf := make([]byte, 32<<10)
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
 	data := first
 	for {
 		if len(data) > 0 {
