@@ -8,11 +8,12 @@
 #
 #   scripts/bench-datapaths.sh            # 5 rounds (60 requests with one stream, 320 with 32)
 #   N=10 scripts/bench-datapaths.sh       # rounds
-#   LMWARDEN_BENCH_PATHS=direct,msg LMWARDEN_BENCH_KEEPALIVE_1=1 scripts/bench-datapaths.sh  # for a profile
+#   LMWARDEN_BENCH_PATHS=direct,msg LMWARDEN_BENCH_CONNS=keepalive LMWARDEN_BENCH_STREAMS=1 scripts/bench-datapaths.sh  # for a profile
 #
 # Knobs for profiles (docs/kernel.md, "Profile"):
 #   LMWARDEN_BENCH_PATHS=direct,nginx,msg,msg@GOMAXPROCS=1   # paths; "@VAR=value" runs a warden with it set
-#   LMWARDEN_BENCH_STREAMS=1         # streams at once (1,32): fresh and keep-alive with one stream only
+#   LMWARDEN_BENCH_STREAMS=1         # streams at once (1,32): one stream only
+#   LMWARDEN_BENCH_CONNS=keepalive   # connections (fresh and keepalive): keep-alive only
 #   LMWARDEN_BENCH_EVENTS=1          # SSE events per response (256): 1 measures TTFB alone, quickly
 #   LMWARDEN_BENCH_PER_ROUND=100     # requests per path and setting in each round
 #   LMWARDEN_PHASES=/tmp/phases      # each warden writes its per-step profile to /tmp/phases.<path>

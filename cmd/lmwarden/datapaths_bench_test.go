@@ -80,8 +80,11 @@ func BenchmarkDatapaths(b *testing.B) {
 	var order []key
 	b.ResetTimer()
 	keeps, streamss := []bool{false, true}, []int{1, 32}
-	if os.Getenv("LMWARDEN_BENCH_KEEPALIVE_1") != "" { // for profiles: one setting
-		keeps, streamss = []bool{true}, []int{1}
+	switch os.Getenv("LMWARDEN_BENCH_CONNS") { // for profiles: one kind of connection
+	case "fresh":
+		keeps = []bool{false}
+	case "keepalive":
+		keeps = []bool{true}
 	}
 	if only := os.Getenv("LMWARDEN_BENCH_STREAMS"); only != "" { // for profiles: "1" or "32"
 		streamss = nil
