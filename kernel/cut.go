@@ -50,23 +50,29 @@ func (k *MsgPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 
 // CutResponse implements l7.ResponseCutter for the sk_skb datapath. The
 // shim read the response head; the verdict carried the body from the
-// upstream socket, which the shim has closed by now (closing it took it
-// out of the SOCKHASH: nothing more is redirected). What the verdict
-// redirected may still sit in the client's psock backlog: the shim waits
-// until the client's written-byte count stops moving.
+// upstream socket. A replica that is still alive (stopped, and resumed
+// later) must not have more carried into this client: the arm goes to
+// pass mode first. What the verdict redirected may still sit in the
+// client's psock backlog: the shim waits until the client's written-byte
+// count stops moving.
 func (k *SkbPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 	if x.Upstream == nil || x.Response == nil {
 		return l7.CutState{}, false
 	}
 	u := k.upstream(x.Upstream)
-	if u == nil {
-		return l7.CutState{}, false // never joined: the shim relayed it all
+	if u == nil || u.armedFor != x {
+		return l7.CutState{}, false // the shim relayed it all
 	}
 	ctl := k.st.Ctl(u.cookie)
 	if ctl.Mode != maps.ModeResponse || ctl.Gen != u.gen {
 		return l7.CutState{}, false
 	}
 	cs := l7.CutState{Began: true, Chunked: x.Response.Framing == l7.FramingChunked}
+	pass := ctl
+	pass.Mode = maps.ModePass
+	if err := k.st.Arm(u.cookie, pass); err != nil {
+		return cs, true // cannot tell where it stands: close, send nothing
+	}
 	st, err := k.st.SocketState(u.cookie)
 	switch {
 	case err != nil:

@@ -586,11 +586,11 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	}
 	ucookie := u.cookie
 	q, seen, err := k.drainSynced(x.Upstream, ucookie)
-	if err != nil {
-		return err
-	}
 	have := append(append([]byte(nil), x.Upstream.Pending...), q...)
 	x.Upstream.Pending = nil
+	if err != nil {
+		return k.relayBeforeReset(x, &fr, have, uc, err)
+	}
 	var forwarded uint64
 	if len(have) > 0 {
 		n, err := fr.Feed(have)
@@ -627,6 +627,7 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	defer k.ends.unwatch(ucookie)
 	u.gen++
 	gen := u.gen
+	u.armedFor = x
 	ctl := maps.SockCtl{Peer: ccookie, ArmAt: seen, Gen: gen, Mode: maps.ModeResponse, Replica: slot, Start: fr.kernel()}
 	// The segment with the response's last byte comes to the shim, which
 	// takes the client out of the SOCKHASH before writing it: the client's
@@ -770,6 +771,32 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 			}
 		}
 	}
+}
+
+// relayBeforeReset ends a response whose replica reset the connection
+// before the shim armed the kernel (a replica that closes with the request
+// body unread resets it; the kernel reports the reset as soon as nothing
+// the verdict passed is left to read): what the shim holds is all the
+// client will get, so it goes to the client, and the shim's parser says
+// where it ended for the cut that follows. A response those bytes complete
+// is whole: it ends well, on a connection that is not reused.
+func (k *SkbPath) relayBeforeReset(x *l7.Exchange, fr *bodyFrame, have []byte, uc *byteCounters, reset error) error {
+	n, err := fr.Feed(have)
+	if err != nil {
+		return err
+	}
+	if _, err := x.Client.WriteAll(x.Idle, have[:n]); err != nil {
+		return err
+	}
+	x.BodyBytesDown += int64(n)
+	uc.down.Add(uint64(n))
+	if fr.Done() {
+		return nil // x.Response.Reusable is false already
+	}
+	if fr.kind == l7.FramingChunked {
+		x.NoteResponseFrame(fr.chunks)
+	}
+	return reset
 }
 
 // maxRearms bounds how often one response is armed again after an arm

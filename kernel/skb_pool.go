@@ -23,6 +23,9 @@ import (
 type upstreamState struct {
 	cookie uint64
 	gen    uint32 // the last RESPONSE arm's gen (the shim alone writes sock_ctls)
+	// armedFor is the exchange whose response that arm carries: a pooled
+	// connection keeps its last exchange's arm until the next one.
+	armedFor *l7.Exchange
 	// want is the written-byte count the last carried request body
 	// reaches once the kernel's bytes have landed (0: nothing pending);
 	// checked before the connection is pooled, off the first byte's path.

@@ -62,6 +62,14 @@ type Exchange struct {
 	aborter
 }
 
+// NoteResponseFrame is for a kernel datapath that relayed the last bytes
+// of a chunked response body itself: p is where its parser stands, which
+// tells a cut that follows whether the client's bytes end between two
+// chunks (cut.go).
+func (x *Exchange) NoteResponseFrame(p ChunkedBody) {
+	x.respFrame, x.respFrameValid = p, true
+}
+
 // Datapath moves the bodies of an exchange between the two sockets. The
 // shim keeps everything that needs a decision in userspace (request head,
 // placement, rewritten head, response head) and hands the bulk to a

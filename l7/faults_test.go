@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,11 +19,20 @@ import (
 // body that never comes, 502 for a replica that stopped answering. The
 // kernel suite runs every test here over both kernel datapaths too.
 
-// sseUpstream is a replica that answers every request with a streamed
-// head and one whole event, then does what then does (returns: closes).
+// sseUpstream is a replica that reads a request, answers it with a
+// streamed head and one whole event, then does what then does (returns:
+// closes).
 func sseUpstream(t *testing.T, then func(c net.Conn)) string {
 	return rawUpstream(t, func(c net.Conn) {
-		readRequestHead(c)
+		h, pending, err := readRequestHead(c)
+		if err != nil {
+			return
+		}
+		// The whole body, as a replica reads it before it answers (a
+		// close with bytes unread would reset the connection).
+		if _, err := io.CopyN(io.Discard, io.MultiReader(bytes.NewReader(pending), c), h.ContentLength); err != nil {
+			return
+		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 		ev := "event: ping\ndata: {\"type\": \"ping\"}\n\n"
 		io.WriteString(c, fmt.Sprintf("%x\r\n%s\r\n", len(ev), ev))
@@ -66,12 +76,18 @@ func TestCutStreamEndsWithTheAPIsErrorEvent(t *testing.T) {
 			io.WriteString(c, fmt.Sprintf("%x\r\n%s\r\n", len(ev), ev))
 		}
 	}
+	// A replica that dies resets the connection (it sends RST, not FIN):
+	// the event it wrote before must still reach the client, then the
+	// error event.
+	reset := func(c net.Conn) { c.(*net.TCPConn).SetLinger(0) }
 	for _, tc := range []struct {
 		name, path string
 		then       func(net.Conn)
 	}{
 		{"messages", "/v1/messages", func(net.Conn) {}},
 		{"chat", "/v1/chat/completions", func(net.Conn) {}},
+		{"messages reset", "/v1/messages", reset},
+		{"chat reset", "/v1/chat/completions", reset},
 		{"messages paced", "/v1/messages", paced},
 		{"chat paced", "/v1/chat/completions", paced},
 	} {
@@ -84,7 +100,7 @@ func TestCutStreamEndsWithTheAPIsErrorEvent(t *testing.T) {
 			c.send(t, streamRequest(path, "s"))
 			resp, body := c.response(t) // a well-formed chunked body: it ends
 			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
+				t.Fatalf("status %d: %q", resp.StatusCode, body)
 			}
 			v := errorEventOf(t, body, path)
 			if path == "/v1/messages" && v["type"] != "error" {
