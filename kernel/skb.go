@@ -585,12 +585,13 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 		return err
 	}
 	ucookie := u.cookie
-	q, seen, err := k.drainSynced(x.Upstream, ucookie)
+	// reset: the replica reset the connection (one that closes with the
+	// request body unread does), which the kernel reports once nothing the
+	// verdict passed is left to read: what the shim holds is the last of
+	// the response.
+	q, seen, reset := k.drainSynced(x.Upstream, ucookie)
 	have := append(append([]byte(nil), x.Upstream.Pending...), q...)
 	x.Upstream.Pending = nil
-	if err != nil {
-		return k.relayBeforeReset(x, &fr, have, uc, err)
-	}
 	var forwarded uint64
 	if len(have) > 0 {
 		n, err := fr.Feed(have)
@@ -613,8 +614,16 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	}
 	x.BodyBytesDown += int64(forwarded)
 	if fr.Done() {
-		x.Response.Reusable = reusable && k.landed(x, u)
+		x.Response.Reusable = reusable && reset == nil && k.landed(x, u)
 		return nil
+	}
+	if reset != nil {
+		// The cut that follows ends the client's stream where these
+		// bytes left it.
+		if fr.kind == l7.FramingChunked {
+			x.NoteResponseFrame(fr.chunks)
+		}
+		return reset
 	}
 	w0, err := written(x.Client.TCPConn)
 	if err != nil {
@@ -771,32 +780,6 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 			}
 		}
 	}
-}
-
-// relayBeforeReset ends a response whose replica reset the connection
-// before the shim armed the kernel (a replica that closes with the request
-// body unread resets it; the kernel reports the reset as soon as nothing
-// the verdict passed is left to read): what the shim holds is all the
-// client will get, so it goes to the client, and the shim's parser says
-// where it ended for the cut that follows. A response those bytes complete
-// is whole: it ends well, on a connection that is not reused.
-func (k *SkbPath) relayBeforeReset(x *l7.Exchange, fr *bodyFrame, have []byte, uc *byteCounters, reset error) error {
-	n, err := fr.Feed(have)
-	if err != nil {
-		return err
-	}
-	if _, err := x.Client.WriteAll(x.Idle, have[:n]); err != nil {
-		return err
-	}
-	x.BodyBytesDown += int64(n)
-	uc.down.Add(uint64(n))
-	if fr.Done() {
-		return nil // x.Response.Reusable is false already
-	}
-	if fr.kind == l7.FramingChunked {
-		x.NoteResponseFrame(fr.chunks)
-	}
-	return reset
 }
 
 // maxRearms bounds how often one response is armed again after an arm
