@@ -585,11 +585,12 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 		return err
 	}
 	ucookie := u.cookie
-	// reset: the replica reset the connection (one that closes with the
-	// request body unread does), which the kernel reports once nothing the
-	// verdict passed is left to read: what the shim holds is the last of
-	// the response.
-	q, seen, reset := k.drainSynced(x.Upstream, ucookie)
+	// drainErr: the read failed, most often as the replica reset the
+	// connection (one that closes with the request body unread does),
+	// which the kernel reports once nothing the verdict passed is left to
+	// read. What the shim holds is then the last of the response: it
+	// still goes to the client, and nothing is armed.
+	q, seen, drainErr := k.drainSynced(x.Upstream, ucookie)
 	have := append(append([]byte(nil), x.Upstream.Pending...), q...)
 	x.Upstream.Pending = nil
 	var forwarded uint64
@@ -614,16 +615,16 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	}
 	x.BodyBytesDown += int64(forwarded)
 	if fr.Done() {
-		x.Response.Reusable = reusable && reset == nil && k.landed(x, u)
+		x.Response.Reusable = reusable && drainErr == nil && k.landed(x, u)
 		return nil
 	}
-	if reset != nil {
+	if drainErr != nil {
 		// The cut that follows ends the client's stream where these
 		// bytes left it.
 		if fr.kind == l7.FramingChunked {
 			x.NoteResponseFrame(fr.chunks)
 		}
-		return reset
+		return drainErr
 	}
 	w0, err := written(x.Client.TCPConn)
 	if err != nil {
