@@ -133,7 +133,8 @@ func (k *MsgPath) unpaired(addr string) {
 	}
 }
 
-var _ l7.Datapath = (*MsgPath)(nil)
-var _ l7.ResponseCarrier = (*MsgPath)(nil)
-
-var _ l7.ConnPreparer = (*MsgPath)(nil)
+var (
+	_ l7.Datapath        = (*MsgPath)(nil)
+	_ l7.ResponseCarrier = (*MsgPath)(nil)
+	_ l7.ConnPreparer    = (*MsgPath)(nil)
+)
