@@ -26,24 +26,6 @@ import (
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
 //	GET /                                 the dashboard (dashboard.go, web/)
 
-// ModelsResponse is the body of GET /api/v1/models.
-type ModelsResponse struct {
-	Models []ModelStatus `json:"models"`
-}
-
-// SessionsResponse is the body of GET /api/v1/sessions.
-type SessionsResponse struct {
-	// Total is the number of live sessions over the listed models; Sessions
-	// holds at most limit of them.
-	Total    int           `json:"total"`
-	Sessions []SessionInfo `json:"sessions"`
-}
-
-// AffinityRequest is the body of PUT /api/v1/models/{name}/affinity.
-type AffinityRequest struct {
-	Affinity *bool `json:"affinity"`
-}
-
 // DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
 // means no bound).
 const DefaultSessionsLimit = 10000

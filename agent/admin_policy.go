@@ -6,11 +6,6 @@ import (
 	"net/http"
 )
 
-// PolicyRequest is the body of PUT /api/v1/models/{name}/policy.
-type PolicyRequest struct {
-	Policy string `json:"policy"`
-}
-
 // handlePolicy switches the policy a model uses while affinity is on, so
 // that an A/B of policies (`lmwarden bench --arms sticky,cost`) runs
 // against one warden without restarting it and losing its sessions. The

@@ -464,7 +464,7 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	if mc.SessionTTL <= 0 {
 		bad("session_ttl", "must be positive, got %v", mc.SessionTTL)
 	}
-	if _, err := parsePolicy(mc.Policy); err != nil {
+	if _, err := ParsePolicy(mc.Policy); err != nil {
 		bad("policy", "%v", err)
 	}
 	if _, err := vllmlb.ParseStatsMode(mc.VLLMLBStats); err != nil || mc.VLLMLBStats == "" {

@@ -2,10 +2,14 @@ package agent
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 )
+
+// ErrInvalidConfig wraps every validation error of the configuration.
+var ErrInvalidConfig = errors.New("invalid config")
 
 // ConfigError is every problem found in one configuration: decoding
 // (wrong types, unknown fields, YAML syntax) and validation alike, each

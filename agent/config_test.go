@@ -26,11 +26,6 @@ func TestSampleConfigLoadsAndValidates(t *testing.T) {
 	if !m1.OneEndpoint() || m1.ReplicaCount() != 4 || !m1.SpillThreshold.Auto {
 		t.Errorf("models[1] = %+v", m1)
 	}
-	for _, mc := range c.Models {
-		if _, err := NewModel(mc, ModelOptions{}); err != nil {
-			t.Errorf("NewModel(%s): %v", mc.Name, err)
-		}
-	}
 }
 
 func TestConfigDefaultsApply(t *testing.T) {
@@ -122,21 +117,6 @@ func TestConfigFlagsOverrideTheFile(t *testing.T) {
 	}
 	if err := c.ApplyFlags("", "", "", []string{"nope"}); err == nil || !strings.Contains(err.Error(), "models[0].replicas[0]") {
 		t.Errorf("bad --replica: %v", err)
-	}
-}
-
-func TestConfigAdmissionReachesTheModel(t *testing.T) {
-	c, err := ParseConfig([]byte("models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001]\n  policy: cost\n  admission: {mode: queue, fill: 1.5}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := NewModel(c.Models[0], ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := m.Admission()
-	if got.Mode != AdmissionQueue || got.Fill != 1.5 || got.QueueMax != DefaultAdmission.QueueMax || got.Timeout != DefaultAdmission.Timeout {
-		t.Fatalf("admission %+v: want queue, fill 1.5, other fields default", got)
 	}
 }
 

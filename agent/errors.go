@@ -11,8 +11,6 @@ var (
 	ErrRetryExhausted = errors.New("retry already used")
 	// ErrUnknownModel: no model has that name (admin API: 404).
 	ErrUnknownModel = errors.New("unknown model")
-	// ErrInvalidConfig wraps every validation error of the configuration.
-	ErrInvalidConfig = errors.New("invalid config")
 	// ErrScrape: a replica's /metrics or /health could not be read.
 	ErrScrape = errors.New("scrape failed")
 	// ErrAdmissionFull: admission's queue at the warden is full (503).

@@ -318,7 +318,7 @@ func (m *Model) Affinity() bool {
 
 // SetPolicy changes the policy used while affinity is on.
 func (m *Model) SetPolicy(p Policy) error {
-	p, err := parsePolicy(p)
+	p, err := ParsePolicy(p)
 	if err != nil {
 		return err
 	}

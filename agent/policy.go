@@ -1,14 +1,8 @@
 package agent
 
 import (
-	"fmt"
-	"strings"
 	"time"
 )
-
-// Policy names a placement policy, selectable per model (config `policy`,
-// `--policy`, PUT /api/v1/models/{name}/policy).
-type Policy string
 
 // policy is one placement rule. Each lives in its own file,
 // policy_<name>.go, with the state only it keeps; the Model holds one
@@ -42,10 +36,11 @@ type replicaObserver interface {
 	observe(m *Model, i int, s ReplicaMetrics, now time.Time)
 }
 
-// policies is the registry: every policy, in the order Policies lists
-// them (bench's `--policies all`, error messages, docs). Adding a policy is
-// its file and one line here; TestEveryPolicyIsDocumented then asks for its
-// documentation.
+// policies is the registry: every policy's implementation, in the order
+// Policies lists their names (bench's `--policies all`, error messages,
+// docs). Adding a policy is its name in policy_names.go, its file and one
+// line here; TestEveryPolicyNameHasAnImplementation and
+// TestEveryPolicyIsDocumented say what is missing.
 var policies = []struct {
 	name Policy
 	make func(m *Model, opts ModelOptions) policy
@@ -59,28 +54,6 @@ var policies = []struct {
 	{PolicyCost, newCostPolicy},
 	{PolicyCacheAware, newCacheAwarePolicy},
 	{PolicyStickyUntilSaturated, newStickyUntilSaturatedPolicy},
-}
-
-// Policies lists every policy name.
-func Policies() []Policy {
-	out := make([]Policy, len(policies))
-	for i, p := range policies {
-		out[i] = p.name
-	}
-	return out
-}
-
-func parsePolicy(p Policy) (Policy, error) {
-	for _, q := range policies {
-		if p == q.name {
-			return p, nil
-		}
-	}
-	names := make([]string, len(policies))
-	for i, q := range policies {
-		names[i] = string(q.name)
-	}
-	return "", fmt.Errorf("%q: want one of %s", string(p), strings.Join(names, ", "))
 }
 
 // newPolicies makes the model's instance of every registered policy; call

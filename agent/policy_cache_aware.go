@@ -6,7 +6,7 @@ import (
 	"github.com/lmwarden/lmwarden/internal/least"
 )
 
-// PolicyCacheAware is SGLang's router ("cache_aware"), a peer of policy
+// Policy `cache-aware` is SGLang's router ("cache_aware"), a peer of policy
 // cost modelled on what that router ships, so that the comparison in
 // docs/placement.md is honest: if the load is imbalanced (max-min >
 // balanceAbs and max > balanceRel*min requests in flight), the
@@ -18,7 +18,6 @@ import (
 // the router's tree, as in SGLang's approximate tree between its own
 // prunes), any other matches nothing; a replica's tree size is the context
 // of the live sessions routed there.
-const PolicyCacheAware Policy = "cache-aware"
 
 const (
 	balanceAbs     = 64

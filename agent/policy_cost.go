@@ -40,7 +40,6 @@ import (
 // them (pickLeastOverfull).
 //
 // Prompt sizes are the request's Content-Length over bytesPerToken.
-const PolicyCost Policy = "cost"
 
 type costPolicy struct{}
 

@@ -72,3 +72,18 @@ func mentions(text, name string) bool {
 	re := regexp.MustCompile(`(^|[^a-z-])` + regexp.QuoteMeta(name) + `($|[^a-z-])`)
 	return re.MatchString(text)
 }
+
+// TestEveryPolicyNameHasAnImplementation keeps the registry (policy.go)
+// and the names a configuration may use (policy_names.go) the same list,
+// in the same order.
+func TestEveryPolicyNameHasAnImplementation(t *testing.T) {
+	names := Policies()
+	if len(names) != len(policies) {
+		t.Fatalf("%d policy names, %d implementations", len(names), len(policies))
+	}
+	for i, p := range policies {
+		if p.name != names[i] {
+			t.Errorf("registry entry %d is %q, the names list has %q there", i, p.name, names[i])
+		}
+	}
+}

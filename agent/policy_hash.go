@@ -5,10 +5,9 @@ import (
 	"sort"
 )
 
-// PolicyHash is a consistent hash of the session id over the healthy
+// Policy `hash` is a consistent hash of the session id over the healthy
 // replicas: what nginx, HAProxy and Envoy users run today. Sticky, and
 // blind to load. Requests without a session id go round robin.
-const PolicyHash Policy = "hash"
 
 // The ring: ringVirtualNodes points per replica, each the fixed-key SipHash
 // of "url#v", so that adding or removing one replica moves only its share

@@ -2,9 +2,8 @@ package agent
 
 import "math/rand/v2"
 
-// PolicyRandom is a uniformly random healthy replica (seeded: the virtual
+// Policy `random` is a uniformly random healthy replica (seeded: the virtual
 // bench's arms are reproducible).
-const PolicyRandom Policy = "random"
 
 type randomPolicy struct{ rng *rand.Rand }
 

@@ -1,8 +1,7 @@
 package agent
 
-// PolicyRoundRobin is what a plain Kubernetes Service or L4 balancer does:
+// Policy `round-robin` is what a plain Kubernetes Service or L4 balancer does:
 // the next healthy replica in turn, blind to sessions and load.
-const PolicyRoundRobin Policy = "round-robin"
 
 type roundRobinPolicy struct{}
 

@@ -6,10 +6,9 @@ import (
 	"github.com/lmwarden/lmwarden/internal/least"
 )
 
-// PolicyShortestQueue is an idealised vLLM balancer: 4·waiting + running
+// Policy `shortest-queue` is an idealised vLLM balancer: 4·waiting + running
 // from the warden's exact, fresh in-flight counts instead of the
 // coordinator's published ones. A stronger peer than vllm-lb.
-const PolicyShortestQueue Policy = "shortest-queue"
 
 type shortestQueuePolicy struct{}
 

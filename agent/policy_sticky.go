@@ -1,12 +1,11 @@
 package agent
 
-// PolicySticky is the default rule: a new session goes to the least-loaded
+// Policy `sticky` is the default rule: a new session goes to the least-loaded
 // replica (load(r), placement.go) and is pinned there; its later turns go
 // to the pinned replica unless that one has reached the spill threshold
 // (then the least-loaded other replica, counted spilled, the pin stays) or
 // is unhealthy (placed again and repinned); a request without a session id
 // goes to the least-loaded replica and pins nothing.
-const PolicySticky Policy = "sticky"
 
 type stickyPolicy struct{}
 

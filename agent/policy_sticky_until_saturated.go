@@ -6,12 +6,11 @@ import (
 	"github.com/lmwarden/lmwarden/internal/least"
 )
 
-// PolicyStickyUntilSaturated is llm-d's current default, a peer of policy
+// Policy `sticky-until-saturated` is llm-d's current default, a peer of policy
 // cost: keep the session where its prefix is unless that replica's
 // predicted TTFT is more than saturationSlack worse than the best
 // replica's; otherwise (and for new sessions) score by token load, the
 // prompt tokens in flight on each replica.
-const PolicyStickyUntilSaturated Policy = "sticky-until-saturated"
 
 const saturationSlack = 5.0 // seconds
 

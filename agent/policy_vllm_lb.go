@@ -6,13 +6,12 @@ import (
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
-// PolicyVLLMLB is vLLM's own data-parallel balancer as it really behaves
+// Policy `vllm-lb` is vLLM's own data-parallel balancer as it really behaves
 // (internal/vllmlb: 4·waiting + running from the coordinator's published
 // counts, local bumps between publishes, a rotating start). It is also what
 // affinity off means in the per-replica shape, so it observes every poll
 // whichever policy is active: switching affinity off finds its counts
 // current.
-const PolicyVLLMLB Policy = "vllm-lb"
 
 type vllmLBPolicy struct {
 	b                *vllmlb.Balancer

@@ -15,18 +15,6 @@ type SessionSink interface {
 	Delete(hash uint64)
 }
 
-// SessionInfo is one live session as the admin API shows it: the keyed hash
-// only, never the raw id.
-type SessionInfo struct {
-	Model    string    `json:"model"`
-	Hash     string    `json:"hash"` // 16 hex digits
-	Replica  int       `json:"replica"`
-	LastSeen time.Time `json:"last_seen"`
-	Turns    uint32    `json:"turns"`
-	// Active: a request within the last ActiveWindow (counts toward load).
-	Active bool `json:"active"`
-}
-
 // sessionEntry is one conversation: 32 bytes, inline in its slot of the
 // index, linked into its segment of the recency order (lru).
 type sessionEntry struct {

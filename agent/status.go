@@ -5,73 +5,6 @@ import (
 	"time"
 )
 
-// ModelStatus is one model as GET /api/v1/models reports it (and as the CLI,
-// the dashboard and the Prometheus collector read it).
-type ModelStatus struct {
-	Name      string `json:"name"`
-	Frontend  string `json:"frontend"`
-	Shape     string `json:"shape"` // "replicas" or "endpoint"
-	Affinity  bool   `json:"affinity"`
-	Policy    string `json:"policy"`           // configured policy
-	Effective string `json:"effective_policy"` // what decides now: policy, vllm-lb, or "vllm" (one endpoint, affinity off)
-	SpillAuto bool   `json:"spill_threshold_auto"`
-	Spill     int    `json:"spill_threshold"` // the number; with auto, the lowest over healthy replicas
-	InFlight  int    `json:"in_flight"`
-	Sessions  int    `json:"sessions"` // in the table (pinned), at most MaxSessions
-	// ActiveSessions: of those, with a request in the last ActiveWindow
-	// (lmwarden_sessions_live).
-	ActiveSessions  int    `json:"active_sessions"`
-	MaxSessions     int    `json:"max_sessions"`
-	SessionsEvicted uint64 `json:"sessions_evicted"`
-	UntrustedPins   uint64 `json:"untrusted_pins"` // pins from outside pin_sources, ignored
-	// StickyShare: of the requests of known sessions, the share that went to
-	// the replica their session was pinned to (0 before any).
-	StickyShare     float64           `json:"sticky_share"`
-	Stayed          uint64            `json:"stayed"`
-	Moved           uint64            `json:"moved"`
-	Unaffined       uint64            `json:"unaffined"`
-	InvalidPins     uint64            `json:"invalid_pins"`
-	NoHealthy       uint64            `json:"no_healthy_replica"`
-	RetryFailed     uint64            `json:"retry_failed"`
-	SessionsExpired uint64            `json:"sessions_expired"`
-	Requests        map[string]uint64 `json:"requests"` // by placement kind
-	Replicas        []ReplicaStatus   `json:"replicas"`
-	Cost            *CostStatus       `json:"cost,omitempty"` // policy cost only (status_cost.go)
-	// Answered counts the error responses the warden answered itself, by
-	// status code (400, 408, 431, 502, 503, 504, 505).
-	Answered map[string]uint64 `json:"answered"`
-}
-
-// ReplicaStatus is one replica (or rank) of a model.
-type ReplicaStatus struct {
-	Index          int               `json:"index"`
-	URL            string            `json:"url"`
-	Healthy        bool              `json:"healthy"`
-	InFlight       int               `json:"in_flight"`
-	AwaitingBody   int               `json:"awaiting_body"`   // of those, whose body has not arrived (not in load)
-	Sessions       int               `json:"sessions"`        // live sessions pinned here
-	ActiveSessions int               `json:"active_sessions"` // of those, active in the last ActiveWindow
-	Sticky         uint64            `json:"sticky"`
-	SpilledIn      uint64            `json:"spilled_in"`
-	ClientPinned   uint64            `json:"client_pinned"`
-	Requests       map[string]uint64 `json:"requests"` // by placement kind
-	RetriedAway    uint64            `json:"retried_away"`
-	PollFailures   uint64            `json:"poll_failures"`
-	Running        float64           `json:"running"`
-	Waiting        float64           `json:"waiting"`
-	KVUsed         float64           `json:"kv_used"`
-	PrefixHitRate  float64           `json:"prefix_hit_rate"`
-	HitRateKnown   bool              `json:"prefix_hit_rate_known"`
-	SpillThreshold int               `json:"spill_threshold"`
-	Load           float64           `json:"load"`
-	ObservedAt     *time.Time        `json:"observed_at,omitempty"`
-	Metrics        ReplicaMetrics    `json:"-"`
-	// Responses counts the responses relayed from this replica to their
-	// end, by the replica's status code.
-	Responses map[string]uint64 `json:"responses"`
-	Cost      *ReplicaCost      `json:"cost,omitempty"` // policy cost only
-}
-
 // Status snapshots the model.
 func (m *Model) Status() ModelStatus {
 	m.mu.Lock()
@@ -133,7 +66,6 @@ func (m *Model) Status() ModelStatus {
 			KVUsed:         r.metrics.KVUsage,
 			SpillThreshold: m.spillThreshold(i),
 			Load:           m.load(i),
-			Metrics:        r.metrics,
 		}
 		rs.PrefixHitRate, rs.HitRateKnown = r.hitRate.value()
 		if r.observed {
@@ -160,6 +92,14 @@ func (m *Model) Status() ModelStatus {
 	}
 	m.costStatus(&s, time.Now().UnixNano())
 	return s
+}
+
+// ReplicaMetrics is what the last poll of replica i read from its
+// /metrics (the zero value before any).
+func (m *Model) ReplicaMetrics(i int) ReplicaMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reps[i].metrics
 }
 
 // codeCounts keys counts by the status code as text (JSON object keys).

@@ -8,46 +8,6 @@ import "math"
 // to see why a session went where it went; only models on policy cost carry
 // it.
 
-// CostStatus is the model-wide part.
-type CostStatus struct {
-	PrefillRate  float64 `json:"prefill_tokens_per_s"` // learned (0: nothing yet, the prior is used)
-	MeanUncached float64 `json:"mean_uncached_tokens"` // uncached prompt tokens a request, learned
-	PromptTokens float64 `json:"prompt_tokens"`        // the usual prompt size the predictions below assume
-	Admission    string  `json:"admission"`            // auto, queue, spill or off
-	Parked       int     `json:"parked"`               // requests waiting at the warden now
-	// AdmissionState is what admission does now and has done.
-	AdmissionState AdmissionState `json:"admission_state"`
-}
-
-// AdmissionState is admission's part of GET /api/v1/models.
-type AdmissionState struct {
-	Engaged      bool     `json:"engaged"`              // requests that find no room wait now
-	LiveLoad     float64  `json:"live_load"`            // live context over the caches (average): auto engages above 1.2, lets go under 1.0
-	SharedPrefix float64  `json:"shared_prefix_tokens"` // counted once a replica
-	OldestWait   float64  `json:"oldest_wait_s"`        // of the requests parked now
-	WaitP50      *float64 `json:"wait_p50_s"`           // waits that ended (null: none yet)
-	WaitP95      *float64 `json:"wait_p95_s"`
-	MaxWait      *float64 `json:"max_wait_s"`
-	Timeout      float64  `json:"timeout_s"` // the longest wait
-	QueueMax     int      `json:"queue_max"` // more waiting get 503
-	Quantum      float64  `json:"quantum"`   // re-prefill times a session keeps its room while others wait
-	Waits        uint64   `json:"waits"`     // requests ever parked
-	Rejected     uint64   `json:"rejected"`  // refused with 503, queue full
-	TimedOut     uint64   `json:"timed_out"` // placed at the timeout
-	Yields       uint64   `json:"yields"`    // rooms given up after a quantum
-	Evicted      uint64   `json:"evicted"`   // rooms taken for a request at its timeout or a grown session
-	Released     uint64   `json:"released"`  // rooms of sessions that had likely ended, given to a waiter
-}
-
-// ReplicaCost is one replica's part.
-type ReplicaCost struct {
-	PredictedTTFT float64 `json:"predicted_ttft_s"`   // for a new session of PromptTokens, now
-	Capacity      float64 `json:"kv_capacity_tokens"` // as placement uses it
-	Live          float64 `json:"live_tokens"`        // context of the live sessions held here (the shared prefix once)
-	Budget        float64 `json:"live_budget_tokens"` // what they may hold: fill × capacity
-	Backlog       float64 `json:"backlog_tokens"`     // predicted prefill still queued
-}
-
 // costStatus fills s's cost fields; call with m.mu held.
 func (m *Model) costStatus(s *ModelStatus, now int64) {
 	if m.policy != PolicyCost {

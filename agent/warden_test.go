@@ -179,14 +179,13 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 	}
 	// The poller reads every rank's numbers from the one /metrics by engine label.
 	testutil.Eventually(t, 10*time.Second, "per-rank prefix counters", func() bool {
-		st := m.Status()
 		n := 0
-		for _, r := range st.Replicas {
-			if r.Metrics.PrefixQueries > 0 {
+		for i := range m.Replicas() {
+			if m.ReplicaMetrics(i).PrefixQueries > 0 {
 				n++
 			}
 		}
-		return n >= 1 && st.Replicas[0].Metrics.KVCapacityTokens > 0
+		return n >= 1 && m.ReplicaMetrics(0).KVCapacityTokens > 0
 	})
 }
 
