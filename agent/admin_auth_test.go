@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +17,7 @@ import (
 // directly, with its log.
 func authWarden(t *testing.T, hosts ...string) (*Warden, *bytes.Buffer) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Models[0].Frontend = "127.0.0.1:18000"
 	cfg.Models[0].Replicas = []string{"http://127.0.0.1:1"}
 	cfg.AdminHosts = hosts

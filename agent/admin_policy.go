@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"net/http"
 )
 
@@ -22,9 +23,9 @@ func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
 	}
 	old := m.Config().Policy
 	if st := m.Status(); st.Policy != "" {
-		old = Policy(st.Policy)
+		old = config.Policy(st.Policy)
 	}
-	if err := m.SetPolicy(Policy(req.Policy)); err != nil {
+	if err := m.SetPolicy(config.Policy(req.Policy)); err != nil {
 		writeError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -37,7 +38,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	m.Done(h1, time.Now())
 	h2, _ := m.Place(Request{SessionID: "hashed", Now: time.Now()})
 	m.Done(h2, time.Now())
-	ring := m.impls[PolicyHash].pick(m, m.HashSession("hashed"), Request{})
+	ring := m.impls[config.PolicyHash].pick(m, m.HashSession("hashed"), Request{})
 	if h1.Replica != h2.Replica || h1.Replica != ring {
 		t.Errorf("hash placed %d then %d, ring says %d", h1.Replica, h2.Replica, ring)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -240,7 +241,7 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	cost := simModel("qwen", s, sim.ShapePorts)
-	cost.Policy = PolicyCost
+	cost.Policy = config.PolicyCost
 	sticky := simModel("other", s, sim.ShapePorts)
 	w := mustWarden(t, cost, sticky)
 	m := w.Models()[0]
@@ -254,7 +255,7 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionAuto) {
+	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(config.AdmissionAuto) {
 		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission auto", got.Cost)
 	}
 	if a := got.Cost.AdmissionState; a.Engaged || a.Timeout != 60 || a.QueueMax != 256 || a.Quantum != 20 || a.WaitP95 != nil {

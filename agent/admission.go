@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"math"
 	"time"
 )
@@ -36,7 +37,7 @@ import (
 
 // admissionState is admission's part of the cost model (under m.mu).
 type admissionState struct {
-	cfg     AdmissionConfig
+	cfg     config.AdmissionConfig
 	engaged bool // parking now (always in queue mode; auto: with hysteresis)
 	parked  []*Wait
 
@@ -51,30 +52,30 @@ type admissionState struct {
 }
 
 // SetAdmission changes admission (zero fields keep their defaults).
-func (m *Model) SetAdmission(c AdmissionConfig) error {
-	if _, err := ParseAdmissionMode(string(c.Mode)); err != nil {
+func (m *Model) SetAdmission(c config.AdmissionConfig) error {
+	if _, err := config.ParseAdmissionMode(string(c.Mode)); err != nil {
 		return err
 	}
 	if c.QueueMax <= 0 {
-		c.QueueMax = DefaultAdmission.QueueMax
+		c.QueueMax = config.DefaultAdmission.QueueMax
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = DefaultAdmission.Timeout
+		c.Timeout = config.DefaultAdmission.Timeout
 	}
 	if c.Fill <= 0 {
-		c.Fill = DefaultAdmission.Fill
+		c.Fill = config.DefaultAdmission.Fill
 	}
 	if c.Quantum <= 0 {
-		c.Quantum = DefaultAdmission.Quantum
+		c.Quantum = config.DefaultAdmission.Quantum
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := &m.peer.admission
 	a.cfg = c
 	switch c.Mode {
-	case AdmissionQueue:
+	case config.AdmissionQueue:
 		a.engaged = true
-	case AdmissionSpill, AdmissionOff:
+	case config.AdmissionSpill, config.AdmissionOff:
 		a.engaged = false
 	}
 	if !a.engaged {
@@ -84,7 +85,7 @@ func (m *Model) SetAdmission(c AdmissionConfig) error {
 }
 
 // Admission returns the admission settings.
-func (m *Model) Admission() AdmissionConfig {
+func (m *Model) Admission() config.AdmissionConfig {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.peer.admission.cfg
@@ -93,7 +94,7 @@ func (m *Model) Admission() AdmissionConfig {
 // admits says whether replica i has room for session s's prompt; call with
 // m.mu held.
 func (m *Model) admits(s *peerSession, i int, prompt float64) bool {
-	if m.peer.admission.cfg.Mode == AdmissionOff {
+	if m.peer.admission.cfg.Mode == config.AdmissionOff {
 		return true
 	}
 	if s != nil && s.replica == i && (s.live > 0 || s.inflight > 0) {
@@ -146,8 +147,8 @@ func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 // nothing overrides it); call with m.mu held.
 func (m *Model) parks(r Request) bool {
 	mode := m.peer.admission.cfg.Mode
-	return m.policy == PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" &&
-		(mode == AdmissionQueue || mode == AdmissionAuto)
+	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" &&
+		(mode == config.AdmissionQueue || mode == config.AdmissionAuto)
 }
 
 // maybePark parks r if admission says so; call with m.mu held.
@@ -299,7 +300,7 @@ func (m *Model) retryAfter(now int64) time.Duration {
 
 // AdmissionStats are admission's counters.
 type AdmissionStats struct {
-	Mode     AdmissionMode
+	Mode     config.AdmissionMode
 	Engaged  bool   // parking now
 	Parked   int    // waiting now
 	Waits    uint64 // ever parked

@@ -1,6 +1,9 @@
 package agent
 
-import "math"
+import (
+	"github.com/lmwarden/lmwarden/agent/config"
+	"math"
+)
 
 // Admission in mode auto (the default) parks only while the replicas are
 // overloaded. Its measure is the live load: the context of the live
@@ -67,7 +70,7 @@ func (m *Model) updateEngaged(now int64) {
 		a.loadAvg += k * (load - a.loadAvg)
 		a.loadAt = now
 	}
-	if a.cfg.Mode != AdmissionAuto {
+	if a.cfg.Mode != config.AdmissionAuto {
 		return
 	}
 	switch {

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -14,10 +15,10 @@ import (
 
 // mustAdmissionModel is a cost model of n replicas of capTokens each, with
 // admission c; the shared prefix is taken as known (0 unless set).
-func mustAdmissionModel(tb testing.TB, n int, capTokens float64, c AdmissionConfig) *Model {
+func mustAdmissionModel(tb testing.TB, n int, capTokens float64, c config.AdmissionConfig) *Model {
 	tb.Helper()
-	m := mustModel(tb, func(mc *ModelConfig) {
-		mc.Policy = PolicyCost
+	m := mustModel(tb, func(mc *config.ModelConfig) {
+		mc.Policy = config.PolicyCost
 		mc.Replicas = mc.Replicas[:n]
 	})
 	for i := range n {
@@ -59,7 +60,7 @@ func endSession(m *Model, p Placement, now time.Time) time.Time {
 	return later
 }
 
-var queue = AdmissionConfig{Mode: AdmissionQueue, Timeout: time.Minute}
+var queue = config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: time.Minute}
 
 func TestAdmissionGrantsInArrivalOrder(t *testing.T) {
 	// One replica, room for one 10k session at a time: a, then b, c, d
@@ -143,7 +144,7 @@ func TestAdmissionSessionYieldsItsRoomAfterItsQuantumWhileOthersWait(t *testing.
 	// re-prefill takes 10 s, so a quantum of 3 is 30 s: a's turns end at 10
 	// and 20 s (it keeps its room), then at 40 s (it yields: b gets the room,
 	// and a's next request waits).
-	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: 10 * time.Minute, Quantum: 3})
+	m := mustAdmissionModel(t, 1, 12_000, config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 10 * time.Minute, Quantum: 3})
 	m.mu.Lock()
 	m.peer.rate = 1000
 	m.mu.Unlock()
@@ -172,7 +173,7 @@ func TestAdmissionSessionYieldsItsRoomAfterItsQuantumWhileOthersWait(t *testing.
 }
 
 func TestAdmissionSessionKeepsItsRoomWhenNobodyWaitsOrTheRoomWouldNotHelp(t *testing.T) {
-	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: 10 * time.Minute, Quantum: 1})
+	m := mustAdmissionModel(t, 1, 12_000, config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 10 * time.Minute, Quantum: 1})
 	m.mu.Lock()
 	m.peer.rate = 1000
 	m.mu.Unlock()
@@ -239,7 +240,7 @@ func TestAdmissionTimeoutGoesToTheLeastOverfullReplicaAndTakesNobodysRoom(t *tes
 }
 
 func TestAdmissionNoRequestWaitsPastItsDeadline(t *testing.T) {
-	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: 45 * time.Second})
+	m := mustAdmissionModel(t, 1, 12_000, config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 45 * time.Second})
 	admit(t, m, "a", 10_000, epoch)
 	_, w := admit(t, m, "b", 10_000, epoch.Add(3*time.Second))
 	if want := epoch.Add(48 * time.Second); !w.Deadline.Equal(want) {
@@ -280,7 +281,7 @@ func TestAdmissionWaiterLeavingGivesItsPlaceToTheNextAtOnce(t *testing.T) {
 }
 
 func TestAdmissionRefusesPastQueueMaxWithTheOldestWaitersTimeLeft(t *testing.T) {
-	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: time.Minute, QueueMax: 2})
+	m := mustAdmissionModel(t, 1, 12_000, config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: time.Minute, QueueMax: 2})
 	admit(t, m, "a", 10_000, epoch)
 	admit(t, m, "b", 10_000, epoch)
 	admit(t, m, "c", 10_000, epoch.Add(10*time.Second))
@@ -301,7 +302,7 @@ func TestAdmissionAutoEngagesAboveTheCacheAndLetsGoOnceItFits(t *testing.T) {
 	// Mode auto on 2 replicas of 20k: the live load's one-minute average
 	// must pass 1.2 before anybody waits, and admission stays on until it
 	// is back under 1.0 (the hysteresis band).
-	m := mustAdmissionModel(t, 2, 20_000, AdmissionConfig{Mode: AdmissionAuto, Timeout: time.Minute})
+	m := mustAdmissionModel(t, 2, 20_000, config.AdmissionConfig{Mode: config.AdmissionAuto, Timeout: time.Minute})
 	now := epoch
 	poll := func(d time.Duration) {
 		for end := now.Add(d); now.Before(end); now = now.Add(time.Second) {
@@ -356,7 +357,7 @@ func TestAdmissionLikelyEndedSessionGivesItsRoomToAWaiter(t *testing.T) {
 	// session quiet for 10 s has more likely ended than not, so a waiter
 	// gets its room without waiting for liveIdle (past 40 s: most likely
 	// ended).
-	m := mustAdmissionModel(t, 1, 12_000, AdmissionConfig{Mode: AdmissionQueue, Timeout: 10 * time.Minute})
+	m := mustAdmissionModel(t, 1, 12_000, config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 10 * time.Minute})
 	now := epoch
 	for k := range 60 { // teach the pauses: 2 turns with a pause, then the end
 		id := fmt.Sprint("t", k)
@@ -447,7 +448,7 @@ func TestSwitchingAwayFromCostReleasesEveryWaiter(t *testing.T) {
 	m := mustAdmissionModel(t, 1, 12_000, queue)
 	admit(t, m, "a", 10_000, epoch)
 	_, w := admit(t, m, "b", 10_000, epoch)
-	if err := m.SetPolicy(PolicySticky); err != nil {
+	if err := m.SetPolicy(config.PolicySticky); err != nil {
 		t.Fatal(err)
 	}
 	if !granted(w) || m.AdmissionStats().Parked != 0 {
@@ -463,7 +464,7 @@ func TestLiveIdleFollowsThePausesOfAgentsWithToolTime(t *testing.T) {
 	// (log-uniform, mean about 3.8 s). A session idle past the longest
 	// pauses has ended; 20 mean pauses (75 s, the rule before the pauses
 	// were learned) kept finished sessions live for most of a task.
-	m := mustAdmissionModel(t, 1, 1e6, AdmissionConfig{Mode: AdmissionSpill})
+	m := mustAdmissionModel(t, 1, 1e6, config.AdmissionConfig{Mode: config.AdmissionSpill})
 	now := epoch
 	rng := rand.New(rand.NewPCG(1, 2))
 	for k := range 100 {

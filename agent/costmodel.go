@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"math"
 	"slices"
 	"time"
@@ -80,7 +81,7 @@ func newPeerState(replicas int) *peerState {
 	return &peerState{
 		reps:      make([]peerRep, replicas),
 		sessions:  make(map[uint64]*peerSession),
-		admission: admissionState{cfg: DefaultAdmission},
+		admission: admissionState{cfg: config.DefaultAdmission},
 	}
 }
 

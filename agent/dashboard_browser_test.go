@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/sim"
@@ -58,13 +59,13 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 	})
 
 	t.Run("policy cost adds admission and each replica's live context", func(t *testing.T) {
-		setPolicy := func(p agent.Policy) {
+		setPolicy := func(p config.Policy) {
 			if err := env.warden.Model(dashboardModel).SetPolicy(p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		setPolicy(agent.PolicyCost)
-		defer setPolicy(agent.PolicySticky)
+		setPolicy(config.PolicyCost)
+		defer setPolicy(config.PolicySticky)
 		card := waitCardMatchesAPI(t, ctx, env)
 		t.Logf("admission pill %q, replica 0 live context %q", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
 		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 39.1k") {
@@ -392,7 +393,7 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	for _, u := range servers.URLs() {
 		fmt.Fprintf(&yaml, "      - %s\n", u)
 	}
-	cfg, err := agent.ParseConfig([]byte(yaml.String()))
+	cfg, err := config.ParseConfig([]byte(yaml.String()))
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, yaml.String())
 	}

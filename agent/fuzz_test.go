@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,9 +28,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("poll_interval: often\nmodels: {}\n"))
 	f.Add([]byte("models:\n  - &a {name: x}\n  - *a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseConfig(data)
+		c, err := config.ParseConfig(data)
 		if err != nil {
-			var ce *ConfigError
+			var ce *config.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -16,7 +17,7 @@ import (
 func TestHealthzIsLiveAndReadyzWaitsForFrontendsAndAPolledReplica(t *testing.T) {
 	port := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Replicas = []string{"http://" + addr} // nothing listens yet
 	w := mustWarden(t, mc)
 	base := "http://" + w.AdminAddr()
@@ -57,11 +58,11 @@ func TestHealthzIsLiveAndReadyzWaitsForFrontendsAndAPolledReplica(t *testing.T) 
 
 func TestWardenInfoAndBuildInfoMetric(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 1})
-	cfg := &Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
-	cfg.applyDefaults()
+	cfg := &config.Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
+	cfg.ApplyDefaults()
 	mc := simModel("qwen", s, sim.ShapePorts)
 	mc.Frontend = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg.Models = []ModelConfig{mc}
+	cfg.Models = []config.ModelConfig{mc}
 	build := BuildInfo{Version: "v9.8.7", Revision: "abc123-dirty", GoVersion: "go1.99"}
 	w, err := NewWithOptions(cfg, Options{Build: build, Datapath: DatapathInfo{Name: "user", Reason: "--datapath user"}})
 	if err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -11,9 +12,9 @@ import (
 // Clients that try to move everyone else's placement: pins from anywhere,
 // bodies that never arrive, floods of fresh session ids.
 
-func hostileModel(t *testing.T, edit func(*ModelConfig)) *Model {
+func hostileModel(t *testing.T, edit func(*config.ModelConfig)) *Model {
 	t.Helper()
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Frontend = "127.0.0.1:18000"
 	for i := range 4 {
 		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 18101+i))
@@ -29,7 +30,7 @@ func hostileModel(t *testing.T, edit func(*ModelConfig)) *Model {
 }
 
 func TestPinsAreHonouredFromPinSourcesOnly(t *testing.T) {
-	m := hostileModel(t, func(mc *ModelConfig) { mc.PinSources = []string{"10.0.0.0/8", "127.0.0.2"} })
+	m := hostileModel(t, func(mc *config.ModelConfig) { mc.PinSources = []string{"10.0.0.0/8", "127.0.0.2"} })
 	now := time.Now()
 	for _, tc := range []struct {
 		src    string
@@ -60,7 +61,7 @@ func TestPinsAreHonouredFromPinSourcesOnly(t *testing.T) {
 // Requests whose bodies have not arrived count in flight but do not steer:
 // ten of them on a session's replica make none of its turns spill.
 func TestRequestsAwaitingTheirBodyDoNotSteer(t *testing.T) {
-	m := hostileModel(t, func(mc *ModelConfig) { mc.PinSources = []string{"127.0.0.0/8"} })
+	m := hostileModel(t, func(mc *config.ModelConfig) { mc.PinSources = []string{"127.0.0.0/8"} })
 	now := time.Now()
 	first, _ := m.Place(Request{SessionID: "victim", Now: now})
 	m.Done(first, now)
@@ -104,7 +105,7 @@ func TestRequestsAwaitingTheirBodyDoNotSteer(t *testing.T) {
 }
 
 func TestSessionTableStaysWithinItsBound(t *testing.T) {
-	m := hostileModel(t, func(mc *ModelConfig) { mc.MaxSessions = 1000 })
+	m := hostileModel(t, func(mc *config.ModelConfig) { mc.MaxSessions = 1000 })
 	now := time.Now()
 	// 100 real conversations, each back for a second turn.
 	for turn := range 2 {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"testing"
 	"time"
 )
@@ -12,7 +13,7 @@ func TestHeldCountsOnlyTheBlocksNeighboursAllocate(t *testing.T) {
 	// blocks fill what b's more recent context leaves free: after b's
 	// turns (13.6k new beside b's 13.7k) a is whole, though 37k prompt
 	// tokens were placed on a 40k cache; a cold 20k prompt then evicts it.
-	m := mustModel(t, func(mc *ModelConfig) { mc.Policy = PolicyCost; mc.Replicas = mc.Replicas[:1] })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.Policy = config.PolicyCost; mc.Replicas = mc.Replicas[:1] })
 	now := costEpoch
 	var prompt, hits, gen float64
 	poll := func() {

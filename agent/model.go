@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"net/netip"
 	"net/url"
 	"sort"
@@ -149,13 +150,13 @@ type replica struct {
 type Model struct {
 	mu sync.Mutex
 
-	cfg         ModelConfig
+	cfg         config.ModelConfig
 	hasher      SessionHasher
 	oneEndpoint bool
 	endpoint    string // host:port of the one endpoint (shape 2)
 	reps        []replica
 	affinity    bool
-	policy      Policy
+	policy      config.Policy
 	sessions    *sessionTable
 
 	inFlight    int
@@ -188,7 +189,7 @@ type Model struct {
 	// (policy.go), so that each keeps its own state across SetPolicy;
 	// active is the one m.policy names; observers are those that learn
 	// from every poll.
-	impls        map[Policy]policy
+	impls        map[config.Policy]policy
 	active       policy
 	activePlacer sessionPlacer // active, when it places sessions itself (else nil)
 	observers    []replicaObserver
@@ -200,8 +201,8 @@ type Model struct {
 
 // NewModel builds the placement state of one model from its (validated)
 // configuration. It starts nothing.
-func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
-	if err := mc.validate("model " + mc.Name); err != nil {
+func NewModel(mc config.ModelConfig, opts ModelOptions) (*Model, error) {
+	if err := mc.Validate("model " + mc.Name); err != nil {
 		return nil, err
 	}
 	m := &Model{
@@ -217,11 +218,11 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	}
 	window := opts.HitRateWindow
 	if window <= 0 {
-		window = DefaultHitRateWindow
+		window = config.DefaultHitRateWindow
 	}
 	n := mc.ReplicaCount()
 	if n > MaxReplicas {
-		return nil, fmt.Errorf("%w: model %s: %d replicas, at most %d", ErrInvalidConfig, mc.Name, n, MaxReplicas)
+		return nil, fmt.Errorf("%w: model %s: %d replicas, at most %d", config.ErrInvalidConfig, mc.Name, n, MaxReplicas)
 	}
 	m.reps = make([]replica, n)
 	if m.oneEndpoint {
@@ -243,11 +244,11 @@ func NewModel(mc ModelConfig, opts ModelOptions) (*Model, error) {
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
 	max := mc.MaxSessions
 	if max == 0 {
-		max = DefaultMaxSessions // a config built in code
+		max = config.DefaultMaxSessions // a config built in code
 	}
 	m.sessions.setLimit(max)
 	for _, src := range mc.PinSources {
-		p, _ := ParsePinSource(src) // validated above
+		p, _ := config.ParsePinSource(src) // validated above
 		m.pinSources = append(m.pinSources, p)
 	}
 	m.peer = newPeerState(n)
@@ -288,7 +289,7 @@ func (m *Model) Replicas() int { return len(m.reps) }
 func (m *Model) ReplicaURL(i int) string { return m.reps[i].url }
 
 // Config returns a copy of the model's configuration.
-func (m *Model) Config() ModelConfig { return m.cfg }
+func (m *Model) Config() config.ModelConfig { return m.cfg }
 
 // HashSession is the keyed hash Place uses for a session id (0 for "").
 func (m *Model) HashSession(id string) uint64 {
@@ -317,14 +318,14 @@ func (m *Model) Affinity() bool {
 }
 
 // SetPolicy changes the policy used while affinity is on.
-func (m *Model) SetPolicy(p Policy) error {
-	p, err := ParsePolicy(p)
+func (m *Model) SetPolicy(p config.Policy) error {
+	p, err := config.ParsePolicy(p)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	m.setActive(p)
-	if p != PolicyCost {
+	if p != config.PolicyCost {
 		m.releaseAllParked() // admission no longer decides: nobody waits
 	}
 	m.mu.Unlock()

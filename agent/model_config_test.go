@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"path/filepath"
 	"testing"
 )
@@ -8,7 +9,7 @@ import (
 // TestSampleConfigModelsBuild: every model of the sample configuration
 // makes a Model.
 func TestSampleConfigModelsBuild(t *testing.T) {
-	c, err := LoadConfig(filepath.Join("..", "scripts", "lmwarden.yaml"))
+	c, err := config.LoadConfig(filepath.Join("..", "scripts", "lmwarden.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +21,7 @@ func TestSampleConfigModelsBuild(t *testing.T) {
 }
 
 func TestConfigAdmissionReachesTheModel(t *testing.T) {
-	c, err := ParseConfig([]byte("models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001]\n  policy: cost\n  admission: {mode: queue, fill: 1.5}\n"))
+	c, err := config.ParseConfig([]byte("models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001]\n  policy: cost\n  admission: {mode: queue, fill: 1.5}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestConfigAdmissionReachesTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := m.Admission()
-	if got.Mode != AdmissionQueue || got.Fill != 1.5 || got.QueueMax != DefaultAdmission.QueueMax || got.Timeout != DefaultAdmission.Timeout {
+	if got.Mode != config.AdmissionQueue || got.Fill != 1.5 || got.QueueMax != config.DefaultAdmission.QueueMax || got.Timeout != config.DefaultAdmission.Timeout {
 		t.Fatalf("admission %+v: want queue, fill 1.5, other fields default", got)
 	}
 }

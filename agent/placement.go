@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/least"
 )
 
@@ -76,7 +77,7 @@ func (m *Model) spillThreshold(i int) int {
 		n, known = max(n, int(r.metrics.KVCapacityTokens/m.meanPromptTokens)), true
 	}
 	if !known {
-		return DefaultSpillThreshold
+		return config.DefaultSpillThreshold
 	}
 	return max(minAutoSpill, min(maxAutoSpill, n))
 }
@@ -177,7 +178,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 			m.vllmDecided++
 			return Placement{Replica: -1, Addr: m.endpoint, RankHeader: -1, Kind: KindBalanced, SessionHash: h}, nil
 		}
-		impl = m.impls[PolicyVLLMLB]
+		impl = m.impls[config.PolicyVLLMLB]
 	} else if m.activePlacer != nil {
 		return m.activePlacer.place(m, h, pos, now), nil
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"runtime"
 	"slices"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // included). Sessions are visited in a scattered order (stride 7919), as
 // real traffic would, so the table is not walked in cache order.
 func BenchmarkPlaceSticky100kSessions(b *testing.B) {
-	m := benchPlace100k(b, PolicySticky, epoch)
+	m := benchPlace100k(b, config.PolicySticky, epoch)
 	if st := m.Status(); st.StickyShare != 1 {
 		b.Errorf("sticky share %v", st.StickyShare)
 	}
@@ -27,13 +28,13 @@ func BenchmarkPlaceSticky100kSessions(b *testing.B) {
 // fills a model of the given policy with 100k sessions, then times one
 // Place plus its Done of a known session, and reports bytes per session
 // and the p50/p99 of Place alone. It returns the model for checks.
-func benchPlace100k(b *testing.B, policy Policy, start time.Time) *Model {
+func benchPlace100k(b *testing.B, policy config.Policy, start time.Time) *Model {
 	const sessions = 100_000
 	ids := make([]string, sessions)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i*2654435761, i&0xffff, i&0xfff, (i>>12)&0xfff, i*40503)
 	}
-	m := mustModel(b, func(mc *ModelConfig) { mc.SessionTTL = time.Hour; mc.Policy = policy })
+	m := mustModel(b, func(mc *config.ModelConfig) { mc.SessionTTL = time.Hour; mc.Policy = policy })
 	now := start
 
 	var before, after runtime.MemStats

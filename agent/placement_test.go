@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"testing"
 	"time"
 )
@@ -10,9 +11,9 @@ import (
 // epoch is the virtual clock's start (notes/api.md).
 var epoch = time.Unix(1_700_000_000, 0).UTC()
 
-func mustModel(tb testing.TB, mutate func(*ModelConfig)) *Model {
+func mustModel(tb testing.TB, mutate func(*config.ModelConfig)) *Model {
 	tb.Helper()
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Frontend = "127.0.0.1:8000"
 	for i := range 4 {
 		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 9001+i))
@@ -79,7 +80,7 @@ func TestFourNewSessionsSpreadOverFourIdleReplicas(t *testing.T) {
 }
 
 func TestSpillMovesRequestAtThresholdAndKeepsThePin(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{N: 2} })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SpillThreshold = config.SpillThreshold{N: 2} })
 	a := mustPlace(t, m, Request{SessionID: "s", Now: epoch})
 	b := mustPlace(t, m, Request{SessionID: "s", Now: epoch})
 	if b.Replica != a.Replica || b.Kind != KindSticky {
@@ -123,7 +124,7 @@ func TestClientPinnedHeaderIsHonouredAndInvalidOneCounted(t *testing.T) {
 }
 
 func TestAffinityOffUsesVLLMLBAndNoRankHeaderInOneEndpointShape(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) {
+	m := mustModel(t, func(mc *config.ModelConfig) {
 		mc.Replicas = nil
 		mc.Endpoint = "http://127.0.0.1:9000"
 		mc.Ranks = 4
@@ -157,7 +158,7 @@ func TestAffinityOffUsesVLLMLBAndNoRankHeaderInOneEndpointShape(t *testing.T) {
 	if len(seen) != 4 {
 		t.Errorf("vllm-lb should spread one session's turns over all replicas: %v", seen)
 	}
-	if st := r.Status(); st.Effective != string(PolicyVLLMLB) {
+	if st := r.Status(); st.Effective != string(config.PolicyVLLMLB) {
 		t.Errorf("effective policy %q", st.Effective)
 	}
 }
@@ -190,7 +191,7 @@ func TestUnhealthyReplicaGetsNoWorkAndItsSessionsMove(t *testing.T) {
 }
 
 func TestIdleSessionsExpireAfterTTL(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SessionTTL = time.Minute })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SessionTTL = time.Minute })
 	p := mustPlace(t, m, Request{SessionID: "old", Now: epoch})
 	m.Done(p, epoch)
 	for i := range 10 {
@@ -244,7 +245,7 @@ func TestRetryMovesOnceToNextBestReplica(t *testing.T) {
 }
 
 func TestHashPolicyIsConsistentAndSkipsUnhealthy(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.Policy = PolicyHash })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.Policy = config.PolicyHash })
 	where := map[string]int{}
 	counts := map[int]int{}
 	for i := range 400 {
@@ -272,8 +273,8 @@ func TestHashPolicyIsConsistentAndSkipsUnhealthy(t *testing.T) {
 }
 
 func TestEveryPolicyPlacesOnlyOnHealthyReplicas(t *testing.T) {
-	for _, pol := range Policies() {
-		m := mustModel(t, func(mc *ModelConfig) { mc.Policy = pol })
+	for _, pol := range config.Policies() {
+		m := mustModel(t, func(mc *config.ModelConfig) { mc.Policy = pol })
 		m.SetHealthy(0, false)
 		for i := range 20 {
 			p := mustPlace(t, m, Request{SessionID: fmt.Sprint(i % 5), Now: epoch.Add(time.Duration(i) * time.Second)})
@@ -296,7 +297,7 @@ func (s *recordingSink) Delete(h uint64)              { delete(s.entries, h); s.
 
 func TestSessionSinkMirrorsPinsRepinsAndExpiry(t *testing.T) {
 	sink := &recordingSink{entries: map[uint64]int{}}
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Frontend = "127.0.0.1:8000"
 	mc.Replicas = []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"}
 	mc.SessionTTL = time.Minute
@@ -322,8 +323,8 @@ func TestSessionSinkMirrorsPinsRepinsAndExpiry(t *testing.T) {
 }
 
 func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{Auto: true} })
-	if st := m.Status(); st.Spill != DefaultSpillThreshold || !st.SpillAuto {
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SpillThreshold = config.SpillThreshold{Auto: true} })
+	if st := m.Status(); st.Spill != config.DefaultSpillThreshold || !st.SpillAuto {
 		t.Fatalf("before any signal: %d", st.Spill)
 	}
 	// KV capacity over mean prompt size: 40,000 tokens / 10,000 tokens.
@@ -354,7 +355,7 @@ func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
 }
 
 func TestAutoSpillThresholdHasAFloor(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{Auto: true} })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SpillThreshold = config.SpillThreshold{Auto: true} })
 	// A cache that holds less than one usual prompt.
 	for i := range 4 {
 		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 8_000}, epoch)
@@ -388,7 +389,7 @@ func TestQuietSessionsStopAddingLoadButKeepTheirPin(t *testing.T) {
 }
 
 func TestConcurrentPlaceAndDoneLeaveNothingInFlight(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SpillThreshold = SpillThreshold{N: 2} })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SpillThreshold = config.SpillThreshold{N: 2} })
 	done := make(chan struct{})
 	for g := range 8 {
 		go func() {

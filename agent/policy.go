@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"time"
 )
 
@@ -42,24 +43,24 @@ type replicaObserver interface {
 // line here; TestEveryPolicyNameHasAnImplementation and
 // TestEveryPolicyIsDocumented say what is missing.
 var policies = []struct {
-	name Policy
+	name config.Policy
 	make func(m *Model, opts ModelOptions) policy
 }{
-	{PolicySticky, newStickyPolicy},
-	{PolicyVLLMLB, newVLLMLBPolicy},
-	{PolicyShortestQueue, newShortestQueuePolicy},
-	{PolicyRoundRobin, newRoundRobinPolicy},
-	{PolicyRandom, newRandomPolicy},
-	{PolicyHash, newHashPolicy},
-	{PolicyCost, newCostPolicy},
-	{PolicyCacheAware, newCacheAwarePolicy},
-	{PolicyStickyUntilSaturated, newStickyUntilSaturatedPolicy},
+	{config.PolicySticky, newStickyPolicy},
+	{config.PolicyVLLMLB, newVLLMLBPolicy},
+	{config.PolicyShortestQueue, newShortestQueuePolicy},
+	{config.PolicyRoundRobin, newRoundRobinPolicy},
+	{config.PolicyRandom, newRandomPolicy},
+	{config.PolicyHash, newHashPolicy},
+	{config.PolicyCost, newCostPolicy},
+	{config.PolicyCacheAware, newCacheAwarePolicy},
+	{config.PolicyStickyUntilSaturated, newStickyUntilSaturatedPolicy},
 }
 
 // newPolicies makes the model's instance of every registered policy; call
 // it once the replicas are set up.
 func (m *Model) newPolicies(opts ModelOptions) {
-	m.impls = make(map[Policy]policy, len(policies))
+	m.impls = make(map[config.Policy]policy, len(policies))
 	for _, p := range policies {
 		impl := p.make(m, opts)
 		m.impls[p.name] = impl
@@ -72,7 +73,7 @@ func (m *Model) newPolicies(opts ModelOptions) {
 
 // setActive makes p the policy that decides while affinity is on; call
 // with m.mu held (or before the model is shared).
-func (m *Model) setActive(p Policy) {
+func (m *Model) setActive(p config.Policy) {
 	m.policy, m.active = p, m.impls[p]
 	m.activePlacer, _ = m.active.(sessionPlacer)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"math"
 	"slices"
 	"testing"
@@ -13,9 +14,9 @@ var costEpoch = time.Unix(1_700_000_000, 0).UTC()
 
 // mustCostModel is a 4-replica model on policy p whose replicas report a KV
 // capacity of capTokens.
-func mustCostModel(tb testing.TB, p Policy, capTokens float64) *Model {
+func mustCostModel(tb testing.TB, p config.Policy, capTokens float64) *Model {
 	tb.Helper()
-	m := mustModel(tb, func(mc *ModelConfig) { mc.Policy = p })
+	m := mustModel(tb, func(mc *config.ModelConfig) { mc.Policy = p })
 	for i := range m.Replicas() {
 		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: capTokens}, costEpoch)
 	}
@@ -32,7 +33,7 @@ func queueOn(pr *peerRep, tokens float64, at time.Time) {
 func promptBytes(n int) int64 { return int64(n * bytesPerToken) }
 
 func TestCostSpreadsSimultaneousNewSessionsOnePerReplica(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 40_000)
+	m := mustCostModel(t, config.PolicyCost, 40_000)
 	seen := map[int]bool{}
 	for k := range 4 {
 		p := mustPlace(t, m, Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch})
@@ -44,7 +45,7 @@ func TestCostSpreadsSimultaneousNewSessionsOnePerReplica(t *testing.T) {
 }
 
 func TestCostKeepsASessionOnTheReplicaThatHoldsItsCache(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 40_000)
+	m := mustCostModel(t, config.PolicyCost, 40_000)
 	now := costEpoch
 	first := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: now})
 	for turn := 1; turn < 6; turn++ {
@@ -63,7 +64,7 @@ func TestCostMovesASessionWhoseCacheWasEvicted(t *testing.T) {
 	// Replica capacity 20k: after a 12k session a returns, 3 more 12k
 	// sessions pass through its replica, so LRU has pushed a out; with a
 	// backlog queued there, another idle replica is cheaper.
-	m := mustCostModel(t, PolicyCost, 20_000)
+	m := mustCostModel(t, config.PolicyCost, 20_000)
 	now := costEpoch
 	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_000), Now: now})
 	m.Done(a, now.Add(time.Second))
@@ -80,7 +81,7 @@ func TestCostMovesASessionWhoseCacheWasEvicted(t *testing.T) {
 }
 
 func TestCostLearnsThePrefillRateFromTheReplicaCounters(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 40_000)
+	m := mustCostModel(t, config.PolicyCost, 40_000)
 	now := costEpoch
 	var prompt, ttft, count float64
 	for k := range 200 {
@@ -99,8 +100,8 @@ func TestCostLearnsThePrefillRateFromTheReplicaCounters(t *testing.T) {
 }
 
 func TestAdmissionQueueParksWhatDoesNotFitAndGrantsWhenASessionEnds(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 40_000)
-	if err := m.SetAdmission(AdmissionConfig{Mode: AdmissionQueue, QueueMax: 2}); err != nil {
+	m := mustCostModel(t, config.PolicyCost, 40_000)
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, QueueMax: 2}); err != nil {
 		t.Fatal(err)
 	}
 	now := costEpoch
@@ -153,8 +154,8 @@ func TestAdmissionQueueParksWhatDoesNotFitAndGrantsWhenASessionEnds(t *testing.T
 }
 
 func TestAdmissionTimeoutPlacesWhereItCostsLeast(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 20_000)
-	if err := m.SetAdmission(AdmissionConfig{Mode: AdmissionQueue}); err != nil {
+	m := mustCostModel(t, config.PolicyCost, 20_000)
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue}); err != nil {
 		t.Fatal(err)
 	}
 	for k := range 4 {
@@ -176,7 +177,7 @@ func TestAdmissionTimeoutPlacesWhereItCostsLeast(t *testing.T) {
 }
 
 func TestCacheAwareFollowsTheSessionUntilLoadIsImbalanced(t *testing.T) {
-	m := mustCostModel(t, PolicyCacheAware, 40_000)
+	m := mustCostModel(t, config.PolicyCacheAware, 40_000)
 	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: costEpoch})
 	m.Done(a, costEpoch.Add(time.Second))
 	if p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_600), Now: costEpoch.Add(2 * time.Second)}); p.Replica != a.Replica {
@@ -192,7 +193,7 @@ func TestCacheAwareFollowsTheSessionUntilLoadIsImbalanced(t *testing.T) {
 }
 
 func TestStickyUntilSaturatedLeavesOnlyWhenMoreThanFiveSecondsWorse(t *testing.T) {
-	m := mustCostModel(t, PolicyStickyUntilSaturated, 40_000)
+	m := mustCostModel(t, config.PolicyStickyUntilSaturated, 40_000)
 	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(11_000), Now: costEpoch})
 	m.Done(a, costEpoch.Add(time.Second))
 	pr := &m.peer.reps[a.Replica]
@@ -213,11 +214,11 @@ func TestStickyUntilSaturatedLeavesOnlyWhenMoreThanFiveSecondsWorse(t *testing.T
 // policy cost: one Place plus its Done of a known session among 100k, with
 // the cost model's per-session state beside the session table (B/session).
 func BenchmarkPlaceCost100kSessions(b *testing.B) {
-	benchPlace100k(b, PolicyCost, costEpoch)
+	benchPlace100k(b, config.PolicyCost, costEpoch)
 }
 
 func TestCostLearnsKVCapacityFromUsageWithoutCacheConfigInfo(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.Policy = PolicyCost })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.Policy = config.PolicyCost })
 	now := costEpoch
 	for i := range m.Replicas() {
 		m.ObserveReplica(i, ReplicaMetrics{Healthy: true}, now)
@@ -234,11 +235,11 @@ func TestCostLearnsKVCapacityFromUsageWithoutCacheConfigInfo(t *testing.T) {
 
 func TestAdmitIsPlaceForOtherPoliciesAndModes(t *testing.T) {
 	for _, tc := range []struct {
-		policy Policy
-		mode   AdmissionMode
-	}{{PolicySticky, AdmissionQueue}, {PolicyCost, AdmissionSpill}, {PolicyCost, AdmissionOff}} {
+		policy config.Policy
+		mode   config.AdmissionMode
+	}{{config.PolicySticky, config.AdmissionQueue}, {config.PolicyCost, config.AdmissionSpill}, {config.PolicyCost, config.AdmissionOff}} {
 		m := mustCostModel(t, tc.policy, 20_000)
-		if err := m.SetAdmission(AdmissionConfig{Mode: tc.mode}); err != nil {
+		if err := m.SetAdmission(config.AdmissionConfig{Mode: tc.mode}); err != nil {
 			t.Fatal(err)
 		}
 		for k := range 12 { // three times what fits: nothing may park
@@ -253,7 +254,7 @@ func TestAdmitIsPlaceForOtherPoliciesAndModes(t *testing.T) {
 func TestCostBacklogEndsWithTheRequestsInFlight(t *testing.T) {
 	// A drain rate learned far too low must not keep work queued that has
 	// finished: once the request is done, its replica has nothing queued.
-	m := mustCostModel(t, PolicyCost, 40_000)
+	m := mustCostModel(t, config.PolicyCost, 40_000)
 	p := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_000), Now: costEpoch})
 	pr := &m.peer.reps[p.Replica]
 	m.peer.rate = 1 // tokens/s
@@ -272,7 +273,7 @@ func TestCostPlacesWhatFitsNowhereOnTheLeastFullReplica(t *testing.T) {
 	// anywhere. The least full replica gets the next session even when its
 	// predicted TTFT is the worst: TTFT alone would crowd the replica whose
 	// sessions hit their cache now.
-	m := mustCostModel(t, PolicyCost, 20_000)
+	m := mustCostModel(t, config.PolicyCost, 20_000)
 	count := make([]int, m.Replicas())
 	for k := range 7 {
 		count[mustPlace(t, m, Request{SessionID: fmt.Sprint("s", k), PromptBytes: promptBytes(11_000), Now: costEpoch}).Replica]++
@@ -297,7 +298,7 @@ func TestCostMovesAnEvictedSessionOffACrowdedReplicaOnlyWhenItThrashes(t *testin
 		hits float64 // the crowded replica's prefix hits per 100 queried tokens
 		move bool
 	}{{10, true}, {80, false}} {
-		m := mustCostModel(t, PolicyCost, 20_000)
+		m := mustCostModel(t, config.PolicyCost, 20_000)
 		for i := 1; i < 4; i++ { // only replica 0 takes the first three sessions
 			m.ObserveReplica(i, ReplicaMetrics{}, costEpoch)
 		}
@@ -338,7 +339,7 @@ func TestCostMovesAnEvictedSessionToAShorterQueueOnlyAmongThrashingReplicas(t *t
 		otherHits float64 // replica 1's prefix hits per 100 queried tokens
 		move      bool
 	}{{10, true}, {80, false}} {
-		m := mustCostModel(t, PolicyCost, 20_000)
+		m := mustCostModel(t, config.PolicyCost, 20_000)
 		up := func(on ...int) {
 			for i := range m.Replicas() {
 				m.ObserveReplica(i, ReplicaMetrics{Healthy: slices.Contains(on, i), KVCapacityTokens: 20_000}, costEpoch)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -35,7 +36,7 @@ func TestEveryPolicyIsDocumented(t *testing.T) {
 				continue
 			}
 		}
-		for _, p := range Policies() {
+		for _, p := range config.Policies() {
 			if !mentions(text, string(p)) {
 				t.Errorf("%s does not list policy %s (near %q)", pl.file, p, pl.line)
 			}
@@ -77,7 +78,7 @@ func mentions(text, name string) bool {
 // and the names a configuration may use (policy_names.go) the same list,
 // in the same order.
 func TestEveryPolicyNameHasAnImplementation(t *testing.T) {
-	names := Policies()
+	names := config.Policies()
 	if len(names) != len(policies) {
 		t.Fatalf("%d policy names, %d implementations", len(names), len(policies))
 	}

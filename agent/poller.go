@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -36,7 +37,7 @@ type poller struct {
 	buf      []ReplicaMetrics
 }
 
-func newPollers(m *Model, c *Config, client *http.Client, observe ScrapeObserver, log *slog.Logger) []*poller {
+func newPollers(m *Model, c *config.Config, client *http.Client, observe ScrapeObserver, log *slog.Logger) []*poller {
 	mk := func(base string, replicas []int, perEngine bool) *poller {
 		return &poller{
 			model: m, base: strings.TrimRight(base, "/"), replicas: replicas, perEngine: perEngine,

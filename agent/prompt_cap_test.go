@@ -2,12 +2,13 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"testing"
 	"time"
 )
 
 func TestForgedHugeContentLengthCannotTakeAReplicaOutOfPlacement(t *testing.T) {
-	m := mustCostModel(t, PolicyCost, 40_000)
+	m := mustCostModel(t, config.PolicyCost, 40_000)
 	// A client announces 10^18 bytes of prompt and leaves without sending
 	// them: booked at face value, that replica's predicted backlog would
 	// take longer than the age of the universe to drain.

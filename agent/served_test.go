@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"testing"
 	"time"
 )
@@ -38,7 +39,7 @@ func TestServedMovesTheRequestAndThePin(t *testing.T) {
 }
 
 func TestKnownSession(t *testing.T) {
-	m := mustModel(t, func(mc *ModelConfig) { mc.SessionTTL = time.Minute })
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.SessionTTL = time.Minute })
 	now := time.Now()
 	if m.KnownSession("s", now) || m.KnownSession("", now) {
 		t.Fatal("known before any request")

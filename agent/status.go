@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/config"
 	"strconv"
 	"time"
 )
@@ -36,7 +37,7 @@ func (m *Model) Status() ModelStatus {
 		s.Shape = "endpoint"
 	}
 	if !m.affinity {
-		s.Effective = string(PolicyVLLMLB)
+		s.Effective = string(config.PolicyVLLMLB)
 		if m.oneEndpoint {
 			s.Effective = "vllm"
 		}

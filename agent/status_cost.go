@@ -1,6 +1,9 @@
 package agent
 
-import "math"
+import (
+	"github.com/lmwarden/lmwarden/agent/config"
+	"math"
+)
 
 // What policy cost predicts, beside ModelStatus (GET /api/v1/models): the
 // numbers it learned and, per replica, the time to first token it would
@@ -10,7 +13,7 @@ import "math"
 
 // costStatus fills s's cost fields; call with m.mu held.
 func (m *Model) costStatus(s *ModelStatus, now int64) {
-	if m.policy != PolicyCost {
+	if m.policy != config.PolicyCost {
 		return
 	}
 	prompt := m.meanPromptTokens

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -20,7 +21,7 @@ type Options struct {
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 	// Sink returns the session mirror of one model (nil or a nil result: none).
-	Sink func(mc ModelConfig) SessionSink
+	Sink func(mc config.ModelConfig) SessionSink
 	// OnScrape is called after every successful scrape, after the token
 	// series has been fed (nil: nothing more).
 	OnScrape ScrapeObserver
@@ -42,7 +43,7 @@ type Options struct {
 // their replica metrics and health current, the idle-session sweeper, and
 // the admin HTTP server (API, /metrics; "/" is left for the dashboard).
 type Warden struct {
-	cfg        *Config
+	cfg        *config.Config
 	opts       Options
 	log        *slog.Logger
 	models     []*Model
@@ -65,10 +66,10 @@ type Warden struct {
 }
 
 // New builds the models of a validated config. It starts nothing.
-func New(cfg *Config) (*Warden, error) { return NewWithOptions(cfg, Options{}) }
+func New(cfg *config.Config) (*Warden, error) { return NewWithOptions(cfg, Options{}) }
 
 // NewWithOptions is New with hooks.
-func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
+func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 }
 
 // Config is the configuration the warden runs with.
-func (w *Warden) Config() *Config { return w.cfg }
+func (w *Warden) Config() *config.Config { return w.cfg }
 
 // Models lists the models in config order.
 func (w *Warden) Models() []*Model { return w.models }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -35,10 +36,10 @@ func mustSim(tb testing.TB, cfg sim.ServerConfig) *sim.Servers {
 
 // mustWarden starts a warden with a fast poller and an admin server on a
 // free loopback port.
-func mustWarden(tb testing.TB, models ...ModelConfig) *Warden {
+func mustWarden(tb testing.TB, models ...config.ModelConfig) *Warden {
 	tb.Helper()
-	cfg := &Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
-	cfg.applyDefaults()
+	cfg := &config.Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
+	cfg.ApplyDefaults()
 	for i, mc := range models {
 		if mc.Frontend == "" {
 			mc.Frontend = fmt.Sprintf("127.0.0.1:%d", 18000+i)
@@ -56,8 +57,8 @@ func mustWarden(tb testing.TB, models ...ModelConfig) *Warden {
 	return w
 }
 
-func simModel(name string, s *sim.Servers, shape string) ModelConfig {
-	mc := defaultModel(name)
+func simModel(name string, s *sim.Servers, shape string) config.ModelConfig {
+	mc := config.DefaultModel(name)
 	if shape == sim.ShapeRanks {
 		mc.Endpoint = s.URLs()[0]
 	} else {
@@ -197,7 +198,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Replicas = []string{healthy.URLs()[0], "http://" + addr}
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
@@ -263,7 +264,7 @@ func freePort(tb testing.TB) int {
 func TestSpillShowsInAdminCountersAndSessionStaysPinned(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 3})
 	mc := simModel("m", s, sim.ShapePorts)
-	mc.SpillThreshold = SpillThreshold{N: 2}
+	mc.SpillThreshold = config.SpillThreshold{N: 2}
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	now := time.Now()

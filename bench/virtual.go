@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -38,7 +39,7 @@ type VirtualConfig struct {
 	Trace Tracer
 	// Admission, if its Mode is set, replaces the model's admission settings
 	// (agent.Model.SetAdmission; virtual_admission.go).
-	Admission agent.AdmissionConfig
+	Admission config.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape
 	// MaxContext is the model's context in tokens, where sessions that
@@ -163,7 +164,7 @@ type virtualWorld struct {
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
-	mc := agent.DefaultConfig().Models[0]
+	mc := config.DefaultConfig().Models[0]
 	mc.Name = "bench"
 	mc.Frontend = "127.0.0.1:8000"
 	mc.Replicas = nil

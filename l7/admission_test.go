@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
@@ -19,9 +20,9 @@ import (
 func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duration) *agent.Model {
 	tb.Helper()
 	mc := modelConfig(url)
-	mc.Policy = agent.PolicyCost
+	mc.Policy = config.PolicyCost
 	m := mustModel(tb, mc)
-	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
 		tb.Fatal(err)
 	}
 	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 16}, time.Now())
@@ -104,9 +105,9 @@ func TestClientLeavingWhileParkedGivesItsPlaceToTheNext(t *testing.T) {
 	// once, and when the room frees the second is served, not the first.
 	sv := mustSim(t, 1, sim.ShapePorts)
 	mc := modelConfig(sv.URLs()[0])
-	mc.Policy = agent.PolicyCost
+	mc.Policy = config.PolicyCost
 	m := mustModel(t, mc)
-	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: time.Minute}); err != nil {
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now())

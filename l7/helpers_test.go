@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7/http1"
@@ -38,12 +39,12 @@ func mustSim(tb testing.TB, replicas int, shape string) *sim.Servers {
 }
 
 // modelConfig is a sticky model over the given replica URLs (shape 1).
-func modelConfig(urls ...string) agent.ModelConfig {
-	return agent.ModelConfig{
+func modelConfig(urls ...string) config.ModelConfig {
+	return config.ModelConfig{
 		Name: "m", Frontend: "127.0.0.1:0", Replicas: urls,
-		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
-		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Hour,
-		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
+		Affinity: true, SpillThreshold: config.SpillThreshold{N: 8},
+		SessionHeaders: config.DefaultSessionHeaders, SessionTTL: time.Hour,
+		Policy: config.PolicySticky, VLLMLBStats: "fresh",
 		// The suite's clients pin replicas from loopback (pin_sources).
 		PinSources: []string{"127.0.0.0/8"},
 	}
@@ -51,7 +52,7 @@ func modelConfig(urls ...string) agent.ModelConfig {
 
 // mustModel builds the real placement state for mc and checks, when the
 // test ends, that no request is left counted in flight.
-func mustModel(tb testing.TB, mc agent.ModelConfig) *agent.Model {
+func mustModel(tb testing.TB, mc config.ModelConfig) *agent.Model {
 	tb.Helper()
 	m, err := agent.NewModel(mc, agent.ModelOptions{})
 	if err != nil {

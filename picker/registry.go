@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // Defaults of the picker's settings (docs/multihost.md lists them).
@@ -42,10 +43,10 @@ type Config struct {
 	// SessionTTL, SpillThreshold and HashKey mean what they mean for a
 	// warden's model (docs/config.md). HashKey must be the hosts' key for
 	// the picker to learn the hosts' sessions (SessionSync).
-	Policy         agent.Policy
+	Policy         config.Policy
 	SessionHeaders []string
 	SessionTTL     time.Duration
-	SpillThreshold agent.SpillThreshold
+	SpillThreshold config.SpillThreshold
 	HashKey        []byte
 	// PollInterval is how often each host warden's admin API is read,
 	// PollTimeout bounds one read, and UnhealthyAfter failed reads in a
@@ -104,13 +105,13 @@ func ParseServedReport(s string) (ServedReport, error) {
 
 func (c *Config) setDefaults() {
 	if c.Policy == "" {
-		c.Policy = agent.PolicySticky
+		c.Policy = config.PolicySticky
 	}
 	if len(c.SessionHeaders) == 0 {
-		c.SessionHeaders = append([]string(nil), agent.DefaultSessionHeaders...)
+		c.SessionHeaders = append([]string(nil), config.DefaultSessionHeaders...)
 	}
 	if c.SessionTTL <= 0 {
-		c.SessionTTL = agent.DefaultSessionTTL
+		c.SessionTTL = config.DefaultSessionTTL
 	}
 	if !c.SpillThreshold.Auto && c.SpillThreshold.N <= 0 {
 		c.SpillThreshold.N = DefaultSpillThreshold
@@ -224,8 +225,8 @@ func NewRegistry(cfg Config) (*Registry, error) {
 
 // modelConfig is the Model over hosts: each host is a replica whose URL is
 // its endpoint.
-func (r *Registry) modelConfig(hosts []Host) agent.ModelConfig {
-	mc := agent.DefaultConfig().Models[0]
+func (r *Registry) modelConfig(hosts []Host) config.ModelConfig {
+	mc := config.DefaultConfig().Models[0]
 	if r.cfg.Model != "" {
 		mc.Name = r.cfg.Model
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
@@ -34,7 +35,7 @@ var datapathModes = map[string][]maps.Mode{
 }
 
 // selectDatapath resolves --datapath.
-func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
+func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
 	modes, ok := datapathModes[cfg.Datapath]
 	if !ok {
 		return nil, fmt.Errorf("--datapath %q: want auto, kernel, msg, skb or user", cfg.Datapath)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func init() {
@@ -34,7 +35,7 @@ type sessionsFlags struct {
 func runSessions(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
 	var f sessionsFlags
-	fs.StringVar(&f.admin, "admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	fs.StringVar(&f.admin, "admin", config.DefaultAdmin, "admin address of the running warden (host:port or URL)")
 	fs.StringVar(&f.model, "model", "", "list only this model's sessions")
 	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func init() {
@@ -28,7 +29,7 @@ func init() {
 // one row per replica.
 func runStatus(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	admin := fs.String("admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	admin := fs.String("admin", config.DefaultAdmin, "admin address of the running warden (host:port or URL)")
 	model := fs.String("model", "", "show only this model")
 	asJSON := fs.Bool("json", false, "print the admin API's JSON as is")
 	if err := parseFlags(fs, args); err != nil {

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 )
 
 func TestSampleConfigLoadsAndValidates(t *testing.T) {
-	c, err := LoadConfig(filepath.Join("..", "scripts", "lmwarden.yaml"))
+	c, err := LoadConfig(filepath.Join("..", "..", "scripts", "lmwarden.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +189,11 @@ func TestConfigFieldsLeftOutKeepTheirDefaults(t *testing.T) {
 // model's placement fields at their defaults; and docs/config.md names
 // every field.
 func TestSampleConfigListsEveryFieldAtItsDefault(t *testing.T) {
-	sample, err := os.ReadFile(filepath.Join("..", "scripts", "lmwarden.yaml"))
+	sample, err := os.ReadFile(filepath.Join("..", "..", "scripts", "lmwarden.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "config.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestSampleConfigListsEveryFieldAtItsDefault(t *testing.T) {
 		c.PollTimeout != def.PollTimeout || c.UnhealthyAfter != def.UnhealthyAfter || c.HitRateWindow != def.HitRateWindow || c.HashKey != nil {
 		t.Errorf("the sample's daemon fields are not the defaults: %+v", c)
 	}
-	got, want := c.Models[0], defaultModel(c.Models[0].Name)
+	got, want := c.Models[0], DefaultModel(c.Models[0].Name)
 	got.Frontend, got.Replicas = "", nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the sample's first model is not at the defaults:\n got %+v\nwant %+v", got, want)
@@ -261,7 +261,7 @@ models:
     spill_threshold: lots
     colour: blue
 `
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "config.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

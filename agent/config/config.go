@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"encoding/hex"
@@ -183,12 +183,14 @@ func (s *SpillThreshold) UnmarshalYAML(n *yaml.Node) error {
 // model named "default" whose replicas and frontend come from flags.
 func DefaultConfig() *Config {
 	c := &Config{}
-	c.applyDefaults()
-	c.Models = []ModelConfig{defaultModel(DefaultModelName)}
+	c.ApplyDefaults()
+	c.Models = []ModelConfig{DefaultModel(DefaultModelName)}
 	return c
 }
 
-func defaultModel(name string) ModelConfig {
+// DefaultModel is a model named name with every default set and nothing
+// else (no frontend, no replicas).
+func DefaultModel(name string) ModelConfig {
 	var mc ModelConfig
 	mc.setDefaults()
 	mc.Name = name
@@ -210,7 +212,9 @@ func (mc *ModelConfig) setDefaults() {
 	}
 }
 
-func (c *Config) applyDefaults() {
+// ApplyDefaults sets the daemon-wide fields left at zero to their
+// defaults (the models are left as they are).
+func (c *Config) ApplyDefaults() {
 	if c.Admin == "" {
 		c.Admin = DefaultAdmin
 	}
@@ -258,7 +262,7 @@ func LoadConfig(path string) (*Config, error) {
 // *ConfigError) lists every problem, not only the first.
 func ParseConfig(data []byte) (*Config, error) {
 	c := &Config{}
-	c.applyDefaults()
+	c.ApplyDefaults()
 	p, syntax := decodeYAML(data, c)
 	if syntax {
 		return nil, p.err("")
@@ -403,7 +407,7 @@ func (c *Config) validate(p *problems) {
 }
 
 // validate checks one model on its own (NewModel); at names it in errors.
-func (mc *ModelConfig) validate(at string) error {
+func (mc *ModelConfig) Validate(at string) error {
 	var p problems
 	mc.check(at, &p)
 	return p.err("")
