@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -67,7 +68,7 @@ func writeError(rw http.ResponseWriter, code int, err error) {
 }
 
 func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	out := ModelsResponse{Models: make([]ModelStatus, 0, len(w.models))}
+	out := adminapi.ModelsResponse{Models: make([]adminapi.ModelStatus, 0, len(w.models))}
 	for _, m := range w.models {
 		out.Models = append(out.Models, m.Status())
 	}
@@ -84,7 +85,7 @@ func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
-	var req AffinityRequest
+	var req adminapi.AffinityRequest
 	m := w.decodeModelPut(rw, r, &req, `{"affinity": true|false}`)
 	if m == nil {
 		return
@@ -146,7 +147,7 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 		models = []*Model{m}
 	}
 	now := time.Now()
-	out := SessionsResponse{Sessions: []SessionInfo{}}
+	out := adminapi.SessionsResponse{Sessions: []adminapi.SessionInfo{}}
 	for _, m := range models {
 		out.Total += m.LiveSessions()
 		rest := 0

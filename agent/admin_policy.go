@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"net/http"
 )
@@ -12,7 +13,7 @@ import (
 // against one warden without restarting it and losing its sessions. The
 // session table is kept: a session pinned under one policy stays pinned.
 func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
-	var req PolicyRequest
+	var req adminapi.PolicyRequest
 	m := w.decodeModelPut(rw, r, &req, `{"policy": "name"}`)
 	if m == nil {
 		return

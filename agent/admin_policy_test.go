@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -27,7 +28,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "hash"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy hash: %d", code)
 	}
-	var st ModelStatus
+	var st adminapi.ModelStatus
 	mustGetJSON(t, base+"/api/v1/models/qwen", &st)
 	if st.Policy != "hash" || st.Effective != "hash" {
 		t.Errorf("after PUT hash: policy %q, effective %q", st.Policy, st.Effective)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -95,7 +96,7 @@ func TestAdminModelsJSONHasEveryField(t *testing.T) {
 		}
 	}
 
-	var sess SessionsResponse
+	var sess adminapi.SessionsResponse
 	mustGetJSON(t, base+"/api/v1/sessions", &sess)
 	if sess.Total != 1 || len(sess.Sessions) != 1 || len(sess.Sessions[0].Hash) != 16 || sess.Sessions[0].Turns != 1 {
 		t.Errorf("sessions: %+v", sess)
@@ -251,7 +252,7 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	}
 	base := "http://" + w.AdminAddr()
 
-	var got ModelStatus
+	var got adminapi.ModelStatus
 	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}

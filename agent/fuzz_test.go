@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"net/http"
 	"net/http/httptest"
@@ -82,12 +83,12 @@ func FuzzAdminPut(f *testing.F) {
 		switch rec.Code {
 		case http.StatusOK:
 			if policy {
-				var r PolicyRequest
+				var r adminapi.PolicyRequest
 				if json.Unmarshal(body, &r) != nil || after.Policy == "" {
 					t.Fatalf("200 for %q, policy %q", body, after.Policy)
 				}
 			} else {
-				var r AffinityRequest
+				var r adminapi.AffinityRequest
 				if json.Unmarshal(body, &r) != nil || r.Affinity == nil || after.Affinity != *r.Affinity {
 					t.Fatalf("200 for %q, affinity %v", body, after.Affinity)
 				}

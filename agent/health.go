@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"net/http"
 )
 
@@ -17,15 +18,15 @@ import (
 func (w *Warden) SetServing(on bool) { w.serving.Store(on) }
 
 // Readiness evaluates /readyz now.
-func (w *Warden) Readiness() Readiness {
-	r := Readiness{Ready: true, Models: make([]ModelReadiness, 0, len(w.models))}
+func (w *Warden) Readiness() adminapi.Readiness {
+	r := adminapi.Readiness{Ready: true, Models: make([]adminapi.ModelReadiness, 0, len(w.models))}
 	if !w.serving.Load() {
 		r.Ready = false
 		r.Reasons = append(r.Reasons, "frontends not listening (starting or shutting down)")
 	}
 	for _, m := range w.models {
 		s := m.Status()
-		mr := ModelReadiness{Name: s.Name, Replicas: len(s.Replicas)}
+		mr := adminapi.ModelReadiness{Name: s.Name, Replicas: len(s.Replicas)}
 		for _, rep := range s.Replicas {
 			if rep.Healthy && rep.ObservedAt != nil {
 				mr.Ready++
@@ -41,8 +42,8 @@ func (w *Warden) Readiness() Readiness {
 }
 
 // Info is GET /api/v1/warden.
-func (w *Warden) Info() WardenInfo {
-	return WardenInfo{Build: w.opts.Build, StartedAt: w.series.Started(), Datapath: w.opts.Datapath,
+func (w *Warden) Info() adminapi.WardenInfo {
+	return adminapi.WardenInfo{Build: w.opts.Build, StartedAt: w.series.Started(), Datapath: w.opts.Datapath,
 		AdminTokenFile: w.cfg.AdminTokenFile, Readiness: w.Readiness()}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"strconv"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -144,11 +145,11 @@ var allDescs = []*prometheus.Desc{
 // Collector exports the models' counters to Prometheus.
 type Collector struct {
 	models []*Model
-	build  BuildInfo
+	build  adminapi.BuildInfo
 }
 
 // NewCollector returns a collector over models, run by build.
-func NewCollector(models []*Model, build BuildInfo) *Collector {
+func NewCollector(models []*Model, build adminapi.BuildInfo) *Collector {
 	return &Collector{models: models, build: build}
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"net/netip"
 	"net/url"
@@ -448,7 +449,7 @@ func (m *Model) ExpireIdle(now time.Time, budget int) int {
 
 // Sessions lists live sessions (hashes only), newest first, at most limit
 // (0: all).
-func (m *Model) Sessions(now time.Time, limit int) []SessionInfo {
+func (m *Model) Sessions(now time.Time, limit int) []adminapi.SessionInfo {
 	m.mu.Lock()
 	out := m.sessions.snapshot(m.cfg.Name, now.UnixNano(), 0)
 	m.mu.Unlock()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"time"
 )
 
@@ -385,8 +386,8 @@ func (t *sessionTable) sweep(now int64, budget int) int {
 }
 
 // snapshot copies the live sessions (for the admin API).
-func (t *sessionTable) snapshot(model string, now int64, limit int) []SessionInfo {
-	out := make([]SessionInfo, 0, min(t.count, max(limit, 0)))
+func (t *sessionTable) snapshot(model string, now int64, limit int) []adminapi.SessionInfo {
+	out := make([]adminapi.SessionInfo, 0, min(t.count, max(limit, 0)))
 	for _, e := range t.slots {
 		if e.hash == 0 {
 			continue
@@ -397,7 +398,7 @@ func (t *sessionTable) snapshot(model string, now int64, limit int) []SessionInf
 		if now-e.lastSeen > t.ttl {
 			continue
 		}
-		out = append(out, SessionInfo{
+		out = append(out, adminapi.SessionInfo{
 			Model:    model,
 			Hash:     fmt.Sprintf("%016x", e.hash),
 			Replica:  int(e.replica),

@@ -1,16 +1,17 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"strconv"
 	"time"
 )
 
 // Status snapshots the model.
-func (m *Model) Status() ModelStatus {
+func (m *Model) Status() adminapi.ModelStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := ModelStatus{
+	s := adminapi.ModelStatus{
 		Name:            m.cfg.Name,
 		Frontend:        m.cfg.Frontend,
 		Shape:           "replicas",
@@ -48,7 +49,7 @@ func (m *Model) Status() ModelStatus {
 	s.Spill = -1
 	for i := range m.reps {
 		r := &m.reps[i]
-		rs := ReplicaStatus{
+		rs := adminapi.ReplicaStatus{
 			Index:          i,
 			URL:            r.url,
 			Healthy:        r.healthy,

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"math"
 )
@@ -12,14 +13,14 @@ import (
 // it.
 
 // costStatus fills s's cost fields; call with m.mu held.
-func (m *Model) costStatus(s *ModelStatus, now int64) {
+func (m *Model) costStatus(s *adminapi.ModelStatus, now int64) {
 	if m.policy != config.PolicyCost {
 		return
 	}
 	prompt := m.meanPromptTokens
 	a := &m.peer.admission
-	s.Cost = &CostStatus{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached, PromptTokens: prompt,
-		Admission: string(a.cfg.Mode), Parked: len(a.parked), AdmissionState: AdmissionState{
+	s.Cost = &adminapi.CostStatus{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached, PromptTokens: prompt,
+		Admission: string(a.cfg.Mode), Parked: len(a.parked), AdmissionState: adminapi.AdmissionState{
 			Engaged: a.engaged, LiveLoad: a.loadAvg, SharedPrefix: m.peer.sharedPrefix,
 			WaitP50: finite(a.waited.quantile(0.5)), WaitP95: finite(a.waited.quantile(0.95)),
 			Timeout: a.cfg.Timeout.Seconds(), QueueMax: a.cfg.QueueMax, Quantum: a.cfg.Quantum,
@@ -32,7 +33,7 @@ func (m *Model) costStatus(s *ModelStatus, now int64) {
 		s.Cost.AdmissionState.OldestWait = max(s.Cost.AdmissionState.OldestWait, float64(now-w.Since.UnixNano())/1e9)
 	}
 	for i := range s.Replicas {
-		c := &ReplicaCost{Capacity: m.capacity(i), Live: m.physical(i), Budget: a.cfg.Fill * m.capacity(i)}
+		c := &adminapi.ReplicaCost{Capacity: m.capacity(i), Live: m.physical(i), Budget: a.cfg.Fill * m.capacity(i)}
 		// predictTTFT drains the backlog to now: let it, on a copy, so that
 		// reading the status never changes what placement sees (the virtual
 		// bench runs on its own clock)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"math"
 	"sync"
 	"time"
@@ -274,7 +275,7 @@ func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now
 
 // Snapshot returns the complete slots of the last window before now
 // (window capped at SeriesSpan, at least one step).
-func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsResponse {
+func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) adminapi.StatsResponse {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	window = min(max(window, ts.step), SeriesSpan)
@@ -282,19 +283,19 @@ func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsRespon
 	last := ts.slotOf(now) - 1 // the newest complete slot
 	first := last - count + 1
 
-	resp := StatsResponse{
+	resp := adminapi.StatsResponse{
 		Now:           now,
 		StartedAt:     ts.started,
 		StepSeconds:   ts.step.Seconds(),
 		WindowSeconds: (time.Duration(count) * ts.step).Seconds(),
-		Models:        make([]ModelStats, 0, len(ts.models)),
+		Models:        make([]adminapi.ModelStats, 0, len(ts.models)),
 	}
 	for _, ms := range ts.models {
-		m := ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
+		m := adminapi.ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
 		ts.fillExtra(&m.Pooled, &ms.extra, ms.replicas, first, last)
-		m.Replicas = make([]ReplicaStats, len(ms.replicas))
+		m.Replicas = make([]adminapi.ReplicaStats, len(ms.replicas))
 		for i, rs := range ms.replicas {
-			m.Replicas[i] = ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
+			m.Replicas[i] = adminapi.ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
 			ts.fillExtra(&m.Replicas[i].SeriesStats, &rs.extra, nil, first, last)
 		}
 		resp.Models = append(resp.Models, m)
@@ -302,14 +303,14 @@ func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsRespon
 	return resp
 }
 
-func (ts *TokenSeries) series(r *slotRing, first, last int64) SeriesStats {
+func (ts *TokenSeries) series(r *slotRing, first, last int64) adminapi.SeriesStats {
 	secs := ts.step.Seconds()
-	s := SeriesStats{Points: make([]StatsPoint, 0, last-first+1)}
+	s := adminapi.SeriesStats{Points: make([]adminapi.StatsPoint, 0, last-first+1)}
 	var total tokenDelta
 	for n := first; n <= last; n++ {
 		d := r.get(n)
 		total.add(d)
-		s.Points = append(s.Points, StatsPoint{
+		s.Points = append(s.Points, adminapi.StatsPoint{
 			T:                    time.Unix(0, n*ts.step.Nanoseconds()).UTC(),
 			PromptCachedPerSec:   d.cached / secs,
 			PromptComputedPerSec: d.computed / secs,
@@ -317,7 +318,7 @@ func (ts *TokenSeries) series(r *slotRing, first, last int64) SeriesStats {
 			HitRate:              ratio(d.hits, d.queries),
 		})
 	}
-	s.Summary = StatsSummary{
+	s.Summary = adminapi.StatsSummary{
 		PromptCachedTokens:   total.cached,
 		PromptComputedTokens: total.computed,
 		CompletionTokens:     total.completion,

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"maps"
 	"time"
 )
@@ -156,7 +157,7 @@ func (ts *TokenSeries) countError(ms *modelSeries, code int, n int64) {
 // (built by series for slots first..last) and its summary. pooled: the
 // model's series, where running and waiting add up over the replicas and
 // KV is their mean.
-func (ts *TokenSeries) fillExtra(s *SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
+func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
 	total := newHistogram(firstByteBuckets)
 	errs := map[int]uint64{}
 	for k := range s.Points {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"math"
 	"testing"
 	"time"
@@ -120,7 +121,7 @@ func TestTokenSeriesForgetsSlotsOlderThanAnHour(t *testing.T) {
 	}
 }
 
-func lastPoint(tb testing.TB, s SeriesStats) StatsPoint {
+func lastPoint(tb testing.TB, s adminapi.SeriesStats) adminapi.StatsPoint {
 	tb.Helper()
 	if len(s.Points) == 0 {
 		tb.Fatal("series has no points")

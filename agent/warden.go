@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,9 +31,9 @@ type Options struct {
 	// dispatch program never steers a poll into the warden's own shim.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Build is the running build (lmwarden_build_info, GET /api/v1/warden).
-	Build BuildInfo
+	Build adminapi.BuildInfo
 	// Datapath is the datapath the shims run with (GET /api/v1/warden).
-	Datapath DatapathInfo
+	Datapath adminapi.DatapathInfo
 	// AdminToken is what admin writes must carry (serve reads it from
 	// admin_token_file, LoadAdminToken); "": a random one, known to the
 	// process only (AdminToken).

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
@@ -275,13 +276,13 @@ func TestSpillShowsInAdminCountersAndSessionStaysPinned(t *testing.T) {
 		t.Fatalf("a %+v b %+v c %+v %v", a, b, c, err)
 	}
 	mustSend(t, m, c, "busy", 2)
-	var resp ModelsResponse
+	var resp adminapi.ModelsResponse
 	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/models", &resp)
 	st := resp.Models[0]
 	if st.Replicas[c.Replica].SpilledIn != 1 || st.Replicas[a.Replica].Sessions != 1 || st.Replicas[c.Replica].Sessions != 0 || st.InFlight != 2 {
 		t.Errorf("admin view after a spill: %+v", st)
 	}
-	var sess SessionsResponse
+	var sess adminapi.SessionsResponse
 	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/sessions", &sess)
 	if len(sess.Sessions) != 1 || sess.Sessions[0].Replica != a.Replica || sess.Sessions[0].Turns != 3 {
 		t.Errorf("session after a spill: %+v", sess.Sessions)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // The picker's admin API (HTTP; docs/multihost.md). The model endpoints
@@ -47,7 +48,7 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		writeJSON(rw, http.StatusOK, HostsResponse{Ready: reg.Ready(), Hosts: reg.Hosts()})
 	})
 	mux.HandleFunc("GET /api/v1/models", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, agent.ModelsResponse{Models: []agent.ModelStatus{reg.Model().Status()}})
+		writeJSON(rw, http.StatusOK, adminapi.ModelsResponse{Models: []adminapi.ModelStatus{reg.Model().Status()}})
 	})
 	mux.HandleFunc("GET /api/v1/models/{name}", func(rw http.ResponseWriter, r *http.Request) {
 		m := reg.Model()
@@ -68,7 +69,7 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 			limit = n
 		}
 		m := reg.Model()
-		writeJSON(rw, http.StatusOK, agent.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
+		writeJSON(rw, http.StatusOK, adminapi.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
 	})
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // HostLoad is what the last poll of a host's warden said about the model
@@ -64,7 +65,7 @@ func pollHost(ctx context.Context, c *http.Client, h Host, model string) (HostLo
 	if err != nil {
 		return HostLoad{}, err
 	}
-	var mr agent.ModelsResponse
+	var mr adminapi.ModelsResponse
 	if err := getJSON(ctx, c, h.Admin+"/api/v1/models", &mr); err != nil {
 		return HostLoad{}, err
 	}
@@ -120,8 +121,8 @@ func getJSON(ctx context.Context, c *http.Client, u string, v any) error {
 
 // loadFrom finds the model among a warden's models ("" accepts a warden
 // that serves exactly one) and sums its ready replicas.
-func loadFrom(models []agent.ModelStatus, model string) (HostLoad, error) {
-	var ms *agent.ModelStatus
+func loadFrom(models []adminapi.ModelStatus, model string) (HostLoad, error) {
+	var ms *adminapi.ModelStatus
 	names := make([]string, len(models))
 	for i := range models {
 		names[i] = models[i].Name
@@ -150,12 +151,12 @@ func loadFrom(models []agent.ModelStatus, model string) (HostLoad, error) {
 
 // hostSessions reads the live sessions of the model on a host (hashes
 // only: the host warden never had more).
-func hostSessions(ctx context.Context, c *http.Client, h Host, model string) ([]agent.SessionInfo, error) {
+func hostSessions(ctx context.Context, c *http.Client, h Host, model string) ([]adminapi.SessionInfo, error) {
 	u := h.Admin + "/api/v1/sessions?limit=0"
 	if model != "" {
 		u += "&model=" + url.QueryEscape(model)
 	}
-	var sr agent.SessionsResponse
+	var sr adminapi.SessionsResponse
 	if err := getJSON(ctx, c, u, &sr); err != nil {
 		return nil, err
 	}

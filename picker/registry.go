@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 )
 
@@ -730,7 +731,7 @@ func (r *Registry) Hosts() []HostStatus {
 }
 
 // snapshot is the hosts and the Model's status, of one host list.
-func (r *Registry) snapshot() ([]HostStatus, agent.ModelStatus) {
+func (r *Registry) snapshot() ([]HostStatus, adminapi.ModelStatus) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.hostsLocked(), r.model.Status()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
@@ -83,8 +83,8 @@ func joinReasons(why []error) string {
 }
 
 // info names the datapath and why it was chosen (GET /api/v1/warden).
-func (d *servedDatapath) info() agent.DatapathInfo {
-	return agent.DatapathInfo{Name: d.Name(), Reason: d.reason}
+func (d *servedDatapath) info() adminapi.DatapathInfo {
+	return adminapi.DatapathInfo{Name: d.Name(), Reason: d.reason}
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).
