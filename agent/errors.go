@@ -9,10 +9,6 @@ var (
 	ErrNoHealthyReplica = errors.New("no healthy replica")
 	// ErrRetryExhausted: Retry was already used once for this request.
 	ErrRetryExhausted = errors.New("retry already used")
-	// ErrUnknownModel: no model has that name (admin API: 404).
-	ErrUnknownModel = errors.New("unknown model")
-	// ErrScrape: a replica's /metrics or /health could not be read.
-	ErrScrape = errors.New("scrape failed")
 	// ErrAdmissionFull: admission's queue at the warden is full (503).
 	ErrAdmissionFull = errors.New("admission queue full")
 	// ErrWaitClaimed: Claim was already called for this Wait.
