@@ -43,7 +43,7 @@ type admissionState struct {
 
 	// counters (metrics, status)
 	waits, rejected, timedOut, yields, evicted, released uint64
-	waited                                               histogram // waits that ended (granted, timed out or cancelled), seconds
+	waited                                               Histogram // waits that ended (granted, timed out or cancelled), seconds
 	maxWait                                              float64
 	engagedSince                                         int64
 	loadAvg                                              float64 // the live load's average (admission_auto.go)
@@ -258,9 +258,9 @@ func (m *Model) noteWait(w *Wait, now time.Time) {
 	a := &m.peer.admission
 	d := max(0, now.Sub(w.Since).Seconds())
 	if a.waited.bounds == nil {
-		a.waited = newHistogram(parkedBuckets)
+		a.waited = NewHistogram(parkedBuckets)
 	}
-	a.waited.observe(d)
+	a.waited.Observe(d)
 	a.maxWait = max(a.maxWait, d)
 }
 
@@ -337,8 +337,8 @@ func (m *Model) AdmissionStatsAt(now time.Time) AdmissionStats {
 	a := &m.peer.admission
 	st := AdmissionStats{Mode: a.cfg.Mode, Engaged: a.engaged, Parked: len(a.parked), Waits: a.waits, Rejected: a.rejected,
 		TimedOut: a.timedOut, Yields: a.yields, Evicted: a.evicted, Released: a.released, Switches: a.switches,
-		WaitP50: a.waited.quantile(0.5), WaitP95: a.waited.quantile(0.95), MaxWait: math.NaN()}
-	if a.waited.n > 0 {
+		WaitP50: a.waited.Quantile(0.5), WaitP95: a.waited.Quantile(0.95), MaxWait: math.NaN()}
+	if a.waited.N > 0 {
 		st.MaxWait = a.maxWait
 	}
 	st.LiveLoad, st.SharedPrefix = a.loadAvg, m.peer.sharedPrefix

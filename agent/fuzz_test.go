@@ -3,14 +3,15 @@ package agent
 import (
 	"encoding/json"
 	"errors"
-	"github.com/lmwarden/lmwarden/agent/adminapi"
-	"github.com/lmwarden/lmwarden/agent/config"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // Fuzz targets of what the warden reads from others: the configuration

@@ -38,40 +38,43 @@ type ResponseTiming struct {
 // duration adds the generation; a parked request waits up to
 // admission.timeout (30 s by default).
 var (
-	firstByteBuckets = []float64{.01, .025, .05, .1, .2, .3, .5, .75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120}
+	FirstByteBuckets = []float64{.01, .025, .05, .1, .2, .3, .5, .75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120}
 	durationBuckets  = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600}
 	parkedBuckets    = []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 120}
 )
 
-// histogram counts observations per bucket (not cumulative; the last
+// Histogram counts observations per bucket (not cumulative; the last
 // count is above the last bound).
-type histogram struct {
+type Histogram struct {
 	bounds []float64
 	counts []uint64
-	sum    float64
-	n      uint64
+	Sum    float64 // of the values observed
+	N      uint64  // values observed
 }
 
-func newHistogram(bounds []float64) histogram {
-	return histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+// NewHistogram is an empty histogram over bounds (ascending, in seconds).
+func NewHistogram(bounds []float64) Histogram {
+	return Histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
 }
 
-func (h *histogram) observe(v float64) {
+// Observe counts one value.
+func (h *Histogram) Observe(v float64) {
 	h.counts[sort.SearchFloat64s(h.bounds, v)]++
-	h.sum += v
-	h.n++
+	h.Sum += v
+	h.N++
 }
 
-func (h *histogram) add(o *histogram) {
+// Add adds o's counts (same bounds) to h's.
+func (h *Histogram) Add(o *Histogram) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
-	h.sum += o.sum
-	h.n += o.n
+	h.Sum += o.Sum
+	h.N += o.N
 }
 
-// cumulative is the bucket map client_golang's const histogram takes.
-func (h *histogram) cumulative() map[float64]uint64 {
+// Cumulative is the bucket map client_golang's const histogram takes.
+func (h *Histogram) Cumulative() map[float64]uint64 {
 	out := make(map[float64]uint64, len(h.bounds))
 	var acc uint64
 	for i, b := range h.bounds {
@@ -81,14 +84,14 @@ func (h *histogram) cumulative() map[float64]uint64 {
 	return out
 }
 
-// quantile estimates the q-quantile as Prometheus' histogram_quantile
+// Quantile estimates the q-quantile as Prometheus' histogram_quantile
 // does: linear within the bucket that holds it (the top bucket's lower
 // bound stands for anything above it). NaN without observations.
-func (h *histogram) quantile(q float64) float64 {
-	if h.n == 0 {
+func (h *Histogram) Quantile(q float64) float64 {
+	if h.N == 0 {
 		return math.NaN()
 	}
-	rank := q * float64(h.n)
+	rank := q * float64(h.N)
 	var acc float64
 	for i, c := range h.counts {
 		if acc+float64(c) >= rank && c > 0 {
@@ -109,9 +112,9 @@ func (h *histogram) quantile(q float64) float64 {
 // latencyStats is one model's histograms and its hour of slots.
 type latencyStats struct {
 	mu        sync.Mutex
-	firstByte []histogram // per replica
-	duration  []histogram // per replica
-	parked    histogram
+	firstByte []Histogram // per replica
+	duration  []Histogram // per replica
+	parked    Histogram
 	statuses  []map[int]uint64 // per replica: relayed responses by status
 	answered  map[int]uint64   // statuses the shim answered itself
 	// onResponse and onAnswered also get every event (the warden's
@@ -121,10 +124,10 @@ type latencyStats struct {
 }
 
 func newLatencyStats(replicas int) *latencyStats {
-	l := &latencyStats{parked: newHistogram(parkedBuckets), answered: map[int]uint64{}}
+	l := &latencyStats{parked: NewHistogram(parkedBuckets), answered: map[int]uint64{}}
 	for range replicas {
-		l.firstByte = append(l.firstByte, newHistogram(firstByteBuckets))
-		l.duration = append(l.duration, newHistogram(durationBuckets))
+		l.firstByte = append(l.firstByte, NewHistogram(FirstByteBuckets))
+		l.duration = append(l.duration, NewHistogram(durationBuckets))
 		l.statuses = append(l.statuses, map[int]uint64{})
 	}
 	return l
@@ -143,9 +146,9 @@ func (m *Model) ObserveAnswered(code int, now time.Time) {
 	}
 }
 
-// setSeriesHooks has every response and every answered error also fed to
+// SetSeriesHooks has every response and every answered error also fed to
 // the warden's series.
-func (m *Model) setSeriesHooks(onResponse func(ResponseTiming, time.Time), onAnswered func(int, time.Time)) {
+func (m *Model) SetSeriesHooks(onResponse func(ResponseTiming, time.Time), onAnswered func(int, time.Time)) {
 	m.lat.mu.Lock()
 	defer m.lat.mu.Unlock()
 	m.lat.onResponse, m.lat.onAnswered = onResponse, onAnswered
@@ -159,13 +162,13 @@ func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
 		return
 	}
 	l.mu.Lock()
-	l.firstByte[t.Replica].observe(t.FirstByte.Seconds())
-	l.duration[t.Replica].observe(t.Duration.Seconds())
+	l.firstByte[t.Replica].Observe(t.FirstByte.Seconds())
+	l.duration[t.Replica].Observe(t.Duration.Seconds())
 	if t.Status > 0 {
 		l.statuses[t.Replica][t.Status]++
 	}
 	if t.Parked > 0 {
-		l.parked.observe(t.Parked.Seconds())
+		l.parked.Observe(t.Parked.Seconds())
 	}
 	hook := l.onResponse
 	l.mu.Unlock()
@@ -174,35 +177,36 @@ func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
 	}
 }
 
-// latencySnapshot is a copy of the histograms and status counts for the
+// LatencySnapshot is a copy of the histograms and status counts for the
 // collector and the status.
-type latencySnapshot struct {
-	firstByte, duration []histogram
-	parked              histogram
-	statuses            []map[int]uint64
-	answered            map[int]uint64
+type LatencySnapshot struct {
+	FirstByte, Duration []Histogram
+	Parked              Histogram
+	Statuses            []map[int]uint64
+	Answered            map[int]uint64
 }
 
-func (m *Model) latencySnapshot() latencySnapshot {
+// Latency copies the model's histograms and status counts.
+func (m *Model) Latency() LatencySnapshot {
 	l := m.lat
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cp := func(h histogram) histogram {
+	cp := func(h Histogram) Histogram {
 		h.counts = append([]uint64(nil), h.counts...)
 		return h
 	}
-	s := latencySnapshot{parked: cp(l.parked), answered: maps.Clone(l.answered)}
+	s := LatencySnapshot{Parked: cp(l.parked), Answered: maps.Clone(l.answered)}
 	for i := range l.firstByte {
-		s.firstByte = append(s.firstByte, cp(l.firstByte[i]))
-		s.duration = append(s.duration, cp(l.duration[i]))
-		s.statuses = append(s.statuses, maps.Clone(l.statuses[i]))
+		s.FirstByte = append(s.FirstByte, cp(l.firstByte[i]))
+		s.Duration = append(s.Duration, cp(l.duration[i]))
+		s.Statuses = append(s.Statuses, maps.Clone(l.statuses[i]))
 	}
 	return s
 }
 
-// quantilePtr is h's q-quantile, nil without observations (null in JSON).
-func quantilePtr(h *histogram, q float64) *float64 {
-	v := h.quantile(q)
+// QuantilePtr is h's q-quantile, nil without observations (null in JSON).
+func QuantilePtr(h *Histogram, q float64) *float64 {
+	v := h.Quantile(q)
 	if math.IsNaN(v) {
 		return nil
 	}

@@ -8,12 +8,12 @@ import (
 // quantile follows histogram_quantile: linear inside the bucket holding
 // the rank, the top bound for anything above it, NaN when empty.
 func TestHistogramQuantileInterpolatesInsideItsBucket(t *testing.T) {
-	h := newHistogram([]float64{1, 2, 4})
-	if !math.IsNaN(h.quantile(.5)) {
+	h := NewHistogram([]float64{1, 2, 4})
+	if !math.IsNaN(h.Quantile(.5)) {
 		t.Fatal("empty histogram has a quantile")
 	}
 	for _, v := range []float64{0.5, 1.5, 1.5, 3} { // buckets: (0,1] 1, (1,2] 2, (2,4] 1
-		h.observe(v)
+		h.Observe(v)
 	}
 	for _, c := range []struct{ q, want float64 }{
 		{.25, 1},   // rank 1: the end of the first bucket
@@ -22,15 +22,15 @@ func TestHistogramQuantileInterpolatesInsideItsBucket(t *testing.T) {
 		{1, 4},     // rank 4: the end of (2,4]
 		{.125, .5}, // rank 0.5: half way through (0,1]
 	} {
-		if got := h.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
+		if got := h.Quantile(c.q); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("q%.3f = %v, want %v", c.q, got, c.want)
 		}
 	}
-	var sum histogram = newHistogram([]float64{1, 2, 4})
-	sum.add(&h)
-	sum.add(&h)
-	sum.observe(10) // above every bound: the top bound stands for it
-	if sum.n != 9 || sum.quantile(1) != 4 || sum.cumulative()[2] != 6 {
-		t.Errorf("added: n %d, q1 %v, cumulative %v", sum.n, sum.quantile(1), sum.cumulative())
+	var sum Histogram = NewHistogram([]float64{1, 2, 4})
+	sum.Add(&h)
+	sum.Add(&h)
+	sum.Observe(10) // above every bound: the top bound stands for it
+	if sum.N != 9 || sum.Quantile(1) != 4 || sum.Cumulative()[2] != 6 {
+		t.Errorf("added: n %d, q1 %v, cumulative %v", sum.N, sum.Quantile(1), sum.Cumulative())
 	}
 }

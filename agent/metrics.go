@@ -168,8 +168,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	histogram := func(d *prometheus.Desc, h *histogram, labels ...string) {
-		ch <- prometheus.MustNewConstHistogram(d, h.n, h.sum, h.cumulative(), labels...)
+	histogram := func(d *prometheus.Desc, h *Histogram, labels ...string) {
+		ch <- prometheus.MustNewConstHistogram(d, h.N, h.Sum, h.Cumulative(), labels...)
 	}
 	b2f := func(b bool) float64 {
 		if b {
@@ -181,7 +181,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.models {
 		s := m.Status()
 		mn := s.Name
-		counter(descVLLMDecided, float64(m.vllmDecidedCount()), mn)
+		counter(descVLLMDecided, float64(m.VLLMDecided()), mn)
 		gauge(descInFlight, float64(s.InFlight), mn)
 		gauge(descSessionsLive, float64(s.ActiveSessions), mn)
 		gauge(descSessionsPinned, float64(s.Sessions), mn)
@@ -208,21 +208,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAdmissionEngaged, b2f(as.Engaged), mn)
 		gauge(descAdmissionLoad, as.LiveLoad, mn)
 		gauge(descAdmissionOldest, as.OldestWait, mn)
-		lat := m.latencySnapshot()
-		histogram(descAdmissionWait, &lat.parked, mn)
+		lat := m.Latency()
+		histogram(descAdmissionWait, &lat.Parked, mn)
 		for _, r := range s.Replicas {
 			ri := strconv.Itoa(r.Index)
-			if r.Index < len(lat.firstByte) {
-				histogram(descFirstByte, &lat.firstByte[r.Index], mn, ri)
-				histogram(descDuration, &lat.duration[r.Index], mn, ri)
-				if _, ok := lat.statuses[r.Index][200]; !ok {
+			if r.Index < len(lat.FirstByte) {
+				histogram(descFirstByte, &lat.FirstByte[r.Index], mn, ri)
+				histogram(descDuration, &lat.Duration[r.Index], mn, ri)
+				if _, ok := lat.Statuses[r.Index][200]; !ok {
 					counter(descResponses, 0, mn, ri, "200")
 				}
-				for code, n := range lat.statuses[r.Index] {
+				for code, n := range lat.Statuses[r.Index] {
 					counter(descResponses, float64(n), mn, ri, strconv.Itoa(code))
 				}
 			}
-			for k := range numKinds {
+			for k := range NumKinds {
 				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())
 			}
 			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)
@@ -243,10 +243,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-}
-
-func (m *Model) vllmDecidedCount() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.vllmDecided
 }

@@ -34,14 +34,14 @@ const (
 	// again on the least-loaded replica and pinned there.
 	KindRepinned
 
-	numKinds
+	NumKinds
 )
 
-var kindNames = [numKinds]string{"new", "sticky", "spilled", "client_pinned", "unaffined", "balanced", "repinned"}
+var kindNames = [NumKinds]string{"new", "sticky", "spilled", "client_pinned", "unaffined", "balanced", "repinned"}
 
 // String is the name used in metrics labels and JSON.
 func (k PlacementKind) String() string {
-	if k < numKinds {
+	if k < NumKinds {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
@@ -131,7 +131,7 @@ type replica struct {
 
 	inFlight     int // requests whose body has arrived: what steers placement
 	awaitingBody int // requests placed here whose body has not arrived yet
-	requests     [numKinds]uint64
+	requests     [NumKinds]uint64
 	retriedAway  uint64 // connect failures that moved a request elsewhere
 	pollFailures uint64
 

@@ -60,7 +60,7 @@ func (m *Model) Status() adminapi.ModelStatus {
 			Sticky:         r.requests[KindSticky],
 			SpilledIn:      r.requests[KindSpilled],
 			ClientPinned:   r.requests[KindClientPinned],
-			Requests:       make(map[string]uint64, numKinds),
+			Requests:       make(map[string]uint64, NumKinds),
 			RetriedAway:    r.retriedAway,
 			PollFailures:   r.pollFailures,
 			Running:        r.metrics.Running,
@@ -74,7 +74,7 @@ func (m *Model) Status() adminapi.ModelStatus {
 			t := r.observedAt
 			rs.ObservedAt = &t
 		}
-		for k := range numKinds {
+		for k := range NumKinds {
 			rs.Requests[k.String()] = r.requests[k]
 			s.Requests[k.String()] += r.requests[k]
 		}
@@ -87,13 +87,21 @@ func (m *Model) Status() adminapi.ModelStatus {
 	if s.Spill < 0 {
 		s.Spill = m.spillThreshold(0)
 	}
-	lat := m.latencySnapshot()
-	s.Answered = codeCounts(lat.answered)
+	lat := m.Latency()
+	s.Answered = CodeCounts(lat.Answered)
 	for i := range s.Replicas {
-		s.Replicas[i].Responses = codeCounts(lat.statuses[i])
+		s.Replicas[i].Responses = CodeCounts(lat.Statuses[i])
 	}
 	m.costStatus(&s, time.Now().UnixNano())
 	return s
+}
+
+// VLLMDecided counts the requests of a one-endpoint model forwarded with
+// affinity off: no rank header, vLLM's own balancer chose.
+func (m *Model) VLLMDecided() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.vllmDecided
 }
 
 // ReplicaMetrics is what the last poll of replica i read from its
@@ -104,8 +112,8 @@ func (m *Model) ReplicaMetrics(i int) ReplicaMetrics {
 	return m.reps[i].metrics
 }
 
-// codeCounts keys counts by the status code as text (JSON object keys).
-func codeCounts(byCode map[int]uint64) map[string]uint64 {
+// CodeCounts keys counts by the status code as text (JSON object keys).
+func CodeCounts(byCode map[int]uint64) map[string]uint64 {
 	out := make(map[string]uint64, len(byCode))
 	for c, n := range byCode {
 		out[strconv.Itoa(c)] = n

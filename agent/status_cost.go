@@ -22,11 +22,11 @@ func (m *Model) costStatus(s *adminapi.ModelStatus, now int64) {
 	s.Cost = &adminapi.CostStatus{PrefillRate: m.peer.rate, MeanUncached: m.peer.meanUncached, PromptTokens: prompt,
 		Admission: string(a.cfg.Mode), Parked: len(a.parked), AdmissionState: adminapi.AdmissionState{
 			Engaged: a.engaged, LiveLoad: a.loadAvg, SharedPrefix: m.peer.sharedPrefix,
-			WaitP50: finite(a.waited.quantile(0.5)), WaitP95: finite(a.waited.quantile(0.95)),
+			WaitP50: finite(a.waited.Quantile(0.5)), WaitP95: finite(a.waited.Quantile(0.95)),
 			Timeout: a.cfg.Timeout.Seconds(), QueueMax: a.cfg.QueueMax, Quantum: a.cfg.Quantum,
 			Waits: a.waits, Rejected: a.rejected, TimedOut: a.timedOut, Yields: a.yields, Evicted: a.evicted, Released: a.released,
 		}}
-	if a.waited.n > 0 {
+	if a.waited.N > 0 {
 		s.Cost.AdmissionState.MaxWait = finite(a.maxWait)
 	}
 	for _, w := range a.parked {

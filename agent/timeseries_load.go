@@ -22,7 +22,7 @@ type loadSlot struct {
 // latencySlot is one slot's time-to-first-byte histogram.
 type latencySlot struct {
 	n int64
-	h histogram
+	h Histogram
 }
 
 // errorSlot counts one slot's error responses by status code.
@@ -134,9 +134,9 @@ func (ts *TokenSeries) ObserveResponse(model string, t ResponseTiming, now time.
 	defer ts.mu.Unlock()
 	ms := ts.modelOf(model, t.Replica)
 	n := ts.slotOf(now)
-	fresh := func() latencySlot { return latencySlot{h: newHistogram(firstByteBuckets)} }
-	ms.replicas[t.Replica].extra.latency.put(n, fresh).h.observe(t.FirstByte.Seconds())
-	ms.extra.latency.put(n, fresh).h.observe(t.FirstByte.Seconds())
+	fresh := func() latencySlot { return latencySlot{h: NewHistogram(FirstByteBuckets)} }
+	ms.replicas[t.Replica].extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
+	ms.extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
 	if t.Status >= 400 {
 		ts.countError(ms, t.Status, n)
 	}
@@ -158,7 +158,7 @@ func (ts *TokenSeries) countError(ms *modelSeries, code int, n int64) {
 // model's series, where running and waiting add up over the replicas and
 // KV is their mean.
 func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
-	total := newHistogram(firstByteBuckets)
+	total := NewHistogram(FirstByteBuckets)
 	errs := map[int]uint64{}
 	for k := range s.Points {
 		n, p := first+int64(k), &s.Points[k]
@@ -179,22 +179,22 @@ func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, repl
 				p.Running, p.Waiting, p.KVUsed = ptr(run), ptr(wait), ptr(kv/float64(seen))
 			}
 			if e := own.errors.get(n); e != nil {
-				p.Errors = codeCounts(e.codes)
+				p.Errors = CodeCounts(e.codes)
 				for c, v := range e.codes {
 					errs[c] += v
 				}
 			}
 		}
 		if l := own.latency.get(n); l != nil {
-			p.Responses = l.h.n
-			p.FirstByteP50, p.FirstByteP95 = quantilePtr(&l.h, .5), quantilePtr(&l.h, .95)
-			total.add(&l.h)
+			p.Responses = l.h.N
+			p.FirstByteP50, p.FirstByteP95 = QuantilePtr(&l.h, .5), QuantilePtr(&l.h, .95)
+			total.Add(&l.h)
 		}
 	}
-	s.Summary.Responses = total.n
-	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = quantilePtr(&total, .5), quantilePtr(&total, .95)
+	s.Summary.Responses = total.N
+	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = QuantilePtr(&total, .5), QuantilePtr(&total, .95)
 	if len(replicas) > 0 {
-		s.Summary.Errors = codeCounts(maps.Clone(errs))
+		s.Summary.Errors = CodeCounts(maps.Clone(errs))
 	}
 }
 

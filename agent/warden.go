@@ -101,7 +101,7 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 			return nil, err
 		}
 		name := mc.Name
-		m.setSeriesHooks(func(t ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
+		m.SetSeriesHooks(func(t ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
 			func(code int, now time.Time) { w.series.ObserveAnswered(name, code, now) })
 		w.models = append(w.models, m)
 		w.byName[mc.Name] = m
