@@ -34,14 +34,20 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 		t.Errorf("after PUT hash: policy %q, effective %q", st.Policy, st.Effective)
 	}
 	// hash places a session by its id alone: the same id, the same replica,
-	// whatever the load.
-	h1, _ := m.Place(Request{SessionID: "hashed", Now: time.Now()})
-	m.Done(h1, time.Now())
-	h2, _ := m.Place(Request{SessionID: "hashed", Now: time.Now()})
-	m.Done(h2, time.Now())
-	ring := m.impls[config.PolicyHash].pick(m, m.HashSession("hashed"), Request{})
-	if h1.Replica != h2.Replica || h1.Replica != ring {
-		t.Errorf("hash placed %d then %d, ring says %d", h1.Replica, h2.Replica, ring)
+	// whatever the load (sticky would spill past the threshold).
+	var held []Placement
+	for i := range 2 * config.DefaultSpillThreshold {
+		p, err := m.Place(Request{SessionID: "hashed", Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+		if p.Replica != held[0].Replica {
+			t.Errorf("hash placed request %d of one session on %d, the first on %d", i, p.Replica, held[0].Replica)
+		}
+	}
+	for _, p := range held {
+		m.Done(p, time.Now())
 	}
 
 	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "sticky"}`); code != http.StatusOK {
