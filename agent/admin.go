@@ -9,8 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // The admin API (loopback by default). JSON shapes are ModelsResponse,
@@ -103,7 +105,7 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 // decodeModelPut finds the model a PUT names and decodes its small JSON
 // body into req (unknown fields refused). It answers 404 or 400 itself and
 // returns nil then; want describes the expected body in the 400.
-func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *Model {
+func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *placement.Model {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
 		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
@@ -123,7 +125,7 @@ func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any
 }
 
 // logChange logs a change made through the admin API, with its origin.
-func (w *Warden) logChange(r *http.Request, m *Model, setting string, from, to any) {
+func (w *Warden) logChange(r *http.Request, m *placement.Model, setting string, from, to any) {
 	w.log.Info("admin change", append([]any{"model", m.Name(), "setting", setting, "from", from, "to", to}, originAttrs(r)...)...)
 }
 
@@ -144,7 +146,7 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, name))
 			return
 		}
-		models = []*Model{m}
+		models = []*placement.Model{m}
 	}
 	now := time.Now()
 	out := adminapi.SessionsResponse{Sessions: []adminapi.SessionInfo{}}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"github.com/lmwarden/lmwarden/agent/config"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // authWarden is a warden (not started) whose admin handler the tests call

@@ -3,9 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/http"
+
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
-	"net/http"
 )
 
 // handlePolicy switches the policy a model uses while affinity is on, so

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -19,7 +20,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	m := w.Models()[0]
 	base := "http://" + w.AdminAddr()
 
-	first, err := m.Place(Request{SessionID: "keep", Now: time.Now()})
+	first, err := m.Place(placement.Request{SessionID: "keep", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,9 +36,9 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	}
 	// hash places a session by its id alone: the same id, the same replica,
 	// whatever the load (sticky would spill past the threshold).
-	var held []Placement
+	var held []placement.Placement
 	for i := range 2 * config.DefaultSpillThreshold {
-		p, err := m.Place(Request{SessionID: "hashed", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "hashed", Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "sticky"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy sticky: %d", code)
 	}
-	again, _ := m.Place(Request{SessionID: "keep", Now: time.Now()})
+	again, _ := m.Place(placement.Request{SessionID: "keep", Now: time.Now()})
 	m.Done(again, time.Now())
 	if again.Replica != first.Replica {
 		t.Errorf("session placed on %d before the switches, %d after", first.Replica, again.Replica)

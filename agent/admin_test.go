@@ -16,6 +16,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -54,7 +55,7 @@ func TestAdminModelsJSONHasEveryField(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
 	m := w.Models()[0]
-	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	p, _ := m.Place(placement.Request{SessionID: "s", Now: time.Now()})
 	mustSend(t, m, p, "s", 0)
 	base := "http://" + w.AdminAddr()
 
@@ -110,10 +111,10 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
 	m := w.Models()[0]
-	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	p, _ := m.Place(placement.Request{SessionID: "s", Now: time.Now()})
 	mustSend(t, m, p, "s", 0)
-	m.Place(Request{Now: time.Now()})
-	m.Place(Request{PinnedHeader: "9", Now: time.Now()})
+	m.Place(placement.Request{Now: time.Now()})
+	m.Place(placement.Request{PinnedHeader: "9", Now: time.Now()})
 
 	fams := mustScrape(t, "http://"+w.AdminAddr())
 	want := []string{
@@ -246,7 +247,7 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	sticky := simModel("other", s, sim.ShapePorts)
 	w := mustWarden(t, cost, sticky)
 	m := w.Models()[0]
-	p, err := m.Place(Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

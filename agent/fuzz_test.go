@@ -12,6 +12,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Fuzz targets of what the warden reads from others: the configuration
@@ -47,7 +48,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("ParseConfig accepted a config that Validate refuses: %v", err)
 		}
 		for _, mc := range c.Models {
-			if _, err := NewModel(mc, ModelOptions{}); err != nil {
+			if _, err := placement.NewModel(mc, placement.ModelOptions{}); err != nil {
 				t.Fatalf("an accepted model does not build: %v", err)
 			}
 		}

@@ -2,8 +2,9 @@ package agent
 
 import (
 	"fmt"
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"net/http"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // Liveness, readiness and what the warden runs as, on the admin server.

@@ -3,8 +3,10 @@ package agent
 import (
 	"strconv"
 
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Every Prometheus metric the warden exports, in one place; docs/metrics.md
@@ -144,12 +146,12 @@ var allDescs = []*prometheus.Desc{
 
 // Collector exports the models' counters to Prometheus.
 type Collector struct {
-	models []*Model
+	models []*placement.Model
 	build  adminapi.BuildInfo
 }
 
 // NewCollector returns a collector over models, run by build.
-func NewCollector(models []*Model, build adminapi.BuildInfo) *Collector {
+func NewCollector(models []*placement.Model, build adminapi.BuildInfo) *Collector {
 	return &Collector{models: models, build: build}
 }
 
@@ -168,7 +170,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	histogram := func(d *prometheus.Desc, h *Histogram, labels ...string) {
+	histogram := func(d *prometheus.Desc, h *placement.Histogram, labels ...string) {
 		ch <- prometheus.MustNewConstHistogram(d, h.N, h.Sum, h.Cumulative(), labels...)
 	}
 	b2f := func(b bool) float64 {
@@ -222,7 +224,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					counter(descResponses, float64(n), mn, ri, strconv.Itoa(code))
 				}
 			}
-			for k := range NumKinds {
+			for k := range placement.NumKinds {
 				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())
 			}
 			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)

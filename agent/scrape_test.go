@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Two generations of vLLM's exposition (text format, as prometheus_client
@@ -56,7 +58,7 @@ func TestScrapeReadsOldMetricNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]ReplicaMetrics, 1)
+	out := make([]placement.ReplicaMetrics, 1)
 	replicaMetricsFrom(fams, false, out)
 	got := out[0]
 	if got.Running != 3 || got.Waiting != 1 || got.KVUsage != 0.5 || got.PrefixQueries != 1000 || got.PrefixHits != 250 || got.PromptTokens != 1000 {
@@ -69,7 +71,7 @@ func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]ReplicaMetrics, 2)
+	out := make([]placement.ReplicaMetrics, 2)
 	replicaMetricsFrom(fams, true, out)
 	if out[0].Running != 2 || out[1].Running != 5 || out[1].Waiting != 4 || out[0].KVUsage != 0.25 || out[1].PrefixHits != 150 {
 		t.Errorf("%+v", out)
@@ -78,7 +80,7 @@ func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
 		t.Errorf("cache config / ttft: %+v", out[0])
 	}
 	// Per-replica shape: everything sums into one replica, KV averaged.
-	one := make([]ReplicaMetrics, 1)
+	one := make([]placement.ReplicaMetrics, 1)
 	replicaMetricsFrom(fams, false, one)
 	if one[0].Running != 7 || one[0].KVUsage != 0.5 {
 		t.Errorf("%+v", one[0])

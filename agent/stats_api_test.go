@@ -2,12 +2,13 @@ package agent
 
 import (
 	"encoding/json"
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 func TestStatsAPICapsWindowAtAnHour(t *testing.T) {

@@ -1,10 +1,12 @@
 package agent
 
 import (
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Token time series for the dashboard's stats page and GET /api/v1/stats.
@@ -261,7 +263,7 @@ func (ts *TokenSeries) spread(rs *replicaSeries, ms *modelSeries, d tokenDelta, 
 // ObserveReplica is Observe fed with what the poller hands to
 // Model.ObserveReplica. A failed read (Healthy false) carries no counters and
 // is skipped.
-func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now time.Time) {
+func (ts *TokenSeries) ObserveReplica(model string, i int, s placement.ReplicaMetrics, now time.Time) {
 	if !s.Healthy {
 		return
 	}

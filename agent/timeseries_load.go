@@ -1,9 +1,11 @@
 package agent
 
 import (
-	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"maps"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // The rest of the dashboard's hour, beside the token rates: what each
@@ -22,7 +24,7 @@ type loadSlot struct {
 // latencySlot is one slot's time-to-first-byte histogram.
 type latencySlot struct {
 	n int64
-	h Histogram
+	h placement.Histogram
 }
 
 // errorSlot counts one slot's error responses by status code.
@@ -126,7 +128,7 @@ func (ts *TokenSeries) ObserveLoad(model string, i int, running, waiting, kv flo
 
 // ObserveResponse records the time to first byte of one response the
 // shim relayed, for its replica and pooled.
-func (ts *TokenSeries) ObserveResponse(model string, t ResponseTiming, now time.Time) {
+func (ts *TokenSeries) ObserveResponse(model string, t placement.ResponseTiming, now time.Time) {
 	if t.Replica < 0 {
 		return
 	}
@@ -134,7 +136,7 @@ func (ts *TokenSeries) ObserveResponse(model string, t ResponseTiming, now time.
 	defer ts.mu.Unlock()
 	ms := ts.modelOf(model, t.Replica)
 	n := ts.slotOf(now)
-	fresh := func() latencySlot { return latencySlot{h: NewHistogram(FirstByteBuckets)} }
+	fresh := func() latencySlot { return latencySlot{h: placement.NewHistogram(placement.FirstByteBuckets)} }
 	ms.replicas[t.Replica].extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
 	ms.extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
 	if t.Status >= 400 {
@@ -158,7 +160,7 @@ func (ts *TokenSeries) countError(ms *modelSeries, code int, n int64) {
 // model's series, where running and waiting add up over the replicas and
 // KV is their mean.
 func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
-	total := NewHistogram(FirstByteBuckets)
+	total := placement.NewHistogram(placement.FirstByteBuckets)
 	errs := map[int]uint64{}
 	for k := range s.Points {
 		n, p := first+int64(k), &s.Points[k]
@@ -179,7 +181,7 @@ func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, repl
 				p.Running, p.Waiting, p.KVUsed = ptr(run), ptr(wait), ptr(kv/float64(seen))
 			}
 			if e := own.errors.get(n); e != nil {
-				p.Errors = CodeCounts(e.codes)
+				p.Errors = placement.CodeCounts(e.codes)
 				for c, v := range e.codes {
 					errs[c] += v
 				}
@@ -187,14 +189,14 @@ func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, repl
 		}
 		if l := own.latency.get(n); l != nil {
 			p.Responses = l.h.N
-			p.FirstByteP50, p.FirstByteP95 = QuantilePtr(&l.h, .5), QuantilePtr(&l.h, .95)
+			p.FirstByteP50, p.FirstByteP95 = placement.QuantilePtr(&l.h, .5), placement.QuantilePtr(&l.h, .95)
 			total.Add(&l.h)
 		}
 	}
 	s.Summary.Responses = total.N
-	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = QuantilePtr(&total, .5), QuantilePtr(&total, .95)
+	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = placement.QuantilePtr(&total, .5), placement.QuantilePtr(&total, .95)
 	if len(replicas) > 0 {
-		s.Summary.Errors = CodeCounts(maps.Clone(errs))
+		s.Summary.Errors = placement.CodeCounts(maps.Clone(errs))
 	}
 }
 

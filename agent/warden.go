@@ -11,10 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent/adminapi"
-	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Options are the Warden's run-time hooks that are not configuration.
@@ -22,7 +24,7 @@ type Options struct {
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 	// Sink returns the session mirror of one model (nil or a nil result: none).
-	Sink func(mc config.ModelConfig) SessionSink
+	Sink func(mc config.ModelConfig) placement.SessionSink
 	// OnScrape is called after every successful scrape, after the token
 	// series has been fed (nil: nothing more).
 	OnScrape ScrapeObserver
@@ -47,9 +49,9 @@ type Warden struct {
 	cfg        *config.Config
 	opts       Options
 	log        *slog.Logger
-	models     []*Model
-	byName     map[string]*Model
-	byFrontend map[string]*Model
+	models     []*placement.Model
+	byName     map[string]*placement.Model
+	byFrontend map[string]*placement.Model
 	series     *TokenSeries
 	registry   *prometheus.Registry
 	mux        *http.ServeMux
@@ -78,8 +80,8 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 		cfg:        cfg,
 		opts:       opts,
 		log:        opts.Logger,
-		byName:     map[string]*Model{},
-		byFrontend: map[string]*Model{},
+		byName:     map[string]*placement.Model{},
+		byFrontend: map[string]*placement.Model{},
 		series:     NewTokenSeries(0),
 		registry:   prometheus.NewRegistry(),
 		mux:        http.NewServeMux(),
@@ -90,18 +92,18 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 	if w.token = opts.AdminToken; w.token == "" {
 		w.token = newToken()
 	}
-	hasher := NewSessionHasher(cfg.HashKey)
+	hasher := placement.NewSessionHasher(cfg.HashKey)
 	for i, mc := range cfg.Models {
-		var sink SessionSink
+		var sink placement.SessionSink
 		if opts.Sink != nil {
 			sink = opts.Sink(mc)
 		}
-		m, err := NewModel(mc, ModelOptions{Hasher: &hasher, Sink: sink, Seed: uint64(i) + 1, HitRateWindow: cfg.HitRateWindow})
+		m, err := placement.NewModel(mc, placement.ModelOptions{Hasher: &hasher, Sink: sink, Seed: uint64(i) + 1, HitRateWindow: cfg.HitRateWindow})
 		if err != nil {
 			return nil, err
 		}
 		name := mc.Name
-		m.SetSeriesHooks(func(t ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
+		m.SetSeriesHooks(func(t placement.ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
 			func(code int, now time.Time) { w.series.ObserveAnswered(name, code, now) })
 		w.models = append(w.models, m)
 		w.byName[mc.Name] = m
@@ -128,15 +130,15 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 func (w *Warden) Config() *config.Config { return w.cfg }
 
 // Models lists the models in config order.
-func (w *Warden) Models() []*Model { return w.models }
+func (w *Warden) Models() []*placement.Model { return w.models }
 
 // Model finds a model by name (nil if none).
-func (w *Warden) Model(name string) *Model { return w.byName[name] }
+func (w *Warden) Model(name string) *placement.Model { return w.byName[name] }
 
 // ModelByFrontend finds the model whose frontend is addr. An exact match
 // wins; else a frontend with an unspecified host (":8000", "0.0.0.0:8000",
 // "[::]:8000") matches any addr with the same port.
-func (w *Warden) ModelByFrontend(addr string) *Model {
+func (w *Warden) ModelByFrontend(addr string) *placement.Model {
 	if m, ok := w.byFrontend[addr]; ok {
 		return m
 	}
@@ -189,7 +191,7 @@ func (w *Warden) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	w.cancel = cancel
 	w.started = true
-	observe := func(m *Model, i int, s ReplicaMetrics, now time.Time) {
+	observe := func(m *placement.Model, i int, s placement.ReplicaMetrics, now time.Time) {
 		w.series.ObserveLoad(m.Name(), i, s.Running, s.Waiting, s.KVUsage, now)
 		w.series.Observe(m.Name(), i, TokenCounters{
 			PromptTokens: s.PromptTokens, PrefixQueries: s.PrefixQueries,

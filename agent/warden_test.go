@@ -14,6 +14,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -70,7 +71,7 @@ func simModel(name string, s *sim.Servers, shape string) config.ModelConfig {
 
 // mustSend does what the shim does with a placement: one chat completion to
 // p.Addr (with the rank header when asked), then Done.
-func mustSend(tb testing.TB, m *Model, p Placement, session string, turn int) {
+func mustSend(tb testing.TB, m *placement.Model, p placement.Placement, session string, turn int) {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{
 		"model":      "qwen3-4b",
@@ -105,7 +106,7 @@ func TestSixTurnsOfOneSessionLandOnOneSimReplica(t *testing.T) {
 	m := w.Models()[0]
 	pinned := -1
 	for turn := range 6 {
-		p, err := m.Place(Request{SessionID: "6f1c2d3e-aaaa-4bbb-8ccc-000000000001", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "6f1c2d3e-aaaa-4bbb-8ccc-000000000001", Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestFourNewSessionsLandOnFourIdleSimReplicas(t *testing.T) {
 	w := mustWarden(t, simModel("m", s, sim.ShapePorts))
 	m := w.Models()[0]
 	for i := range 4 {
-		p, err := m.Place(Request{SessionID: fmt.Sprint("session-", i), Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: fmt.Sprint("session-", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	for turn := range 3 {
-		p, err := m.Place(Request{SessionID: "dp-session", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "dp-session", Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +169,7 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 		}
 	}
 	m.SetAffinity(false)
-	p, err := m.Place(Request{SessionID: "dp-session", Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "dp-session", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "first poll", func() bool { return m.Status().Replicas[1].ObservedAt != nil })
 
 	// A session pinned to the flaky replica.
-	p, err := m.Place(Request{SessionID: "x", PinnedHeader: "1", Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "x", PinnedHeader: "1", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	flaky.Close()
 	testutil.Eventually(t, 10*time.Second, "replica 1 unhealthy", func() bool { return !m.Status().Replicas[1].Healthy })
 	for i := range 6 {
-		q, err := m.Place(Request{SessionID: fmt.Sprint("new", i), Now: time.Now()})
+		q, err := m.Place(placement.Request{SessionID: fmt.Sprint("new", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,11 +225,11 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 		}
 		m.Done(q, time.Now())
 	}
-	q, err := m.Place(Request{SessionID: "x", Now: time.Now()})
+	q, err := m.Place(placement.Request{SessionID: "x", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.Replica != 0 || q.Kind != KindRepinned {
+	if q.Replica != 0 || q.Kind != placement.KindRepinned {
 		t.Fatalf("session of the unhealthy replica: %+v", q)
 	}
 	mustSend(t, m, q, "x", 1)
@@ -238,7 +239,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "replica 1 healthy again", func() bool { return m.Status().Replicas[1].Healthy })
 	seen1 := false
 	for i := range 8 {
-		q, err := m.Place(Request{SessionID: fmt.Sprint("back", i), Now: time.Now()})
+		q, err := m.Place(placement.Request{SessionID: fmt.Sprint("back", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,10 +270,10 @@ func TestSpillShowsInAdminCountersAndSessionStaysPinned(t *testing.T) {
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	now := time.Now()
-	a, _ := m.Place(Request{SessionID: "busy", Now: now})
-	b, _ := m.Place(Request{SessionID: "busy", Now: now})
-	c, err := m.Place(Request{SessionID: "busy", Now: now})
-	if err != nil || c.Kind != KindSpilled || c.Replica == a.Replica || b.Replica != a.Replica {
+	a, _ := m.Place(placement.Request{SessionID: "busy", Now: now})
+	b, _ := m.Place(placement.Request{SessionID: "busy", Now: now})
+	c, err := m.Place(placement.Request{SessionID: "busy", Now: now})
+	if err != nil || c.Kind != placement.KindSpilled || c.Replica == a.Replica || b.Replica != a.Replica {
 		t.Fatalf("a %+v b %+v c %+v %v", a, b, c, err)
 	}
 	mustSend(t, m, c, "busy", 2)

@@ -7,8 +7,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -154,7 +154,7 @@ func summary(r Result) string {
 type virtualWorld struct {
 	cfg   VirtualConfig
 	v     *sim.Virtual
-	model *agent.Model
+	model *placement.Model
 	rec   *recorder // the window being measured, nil between windows
 	live  liveSet   // the window's live sessions' context (tasks.go)
 	// perSession is the workload's mean requests a session (sessions/h).
@@ -177,8 +177,8 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	var key [16]byte
 	binary.LittleEndian.PutUint64(key[:8], cfg.Seed)
 	binary.LittleEndian.PutUint64(key[8:], 0x6c6d7761726465e6)
-	hasher := agent.NewSessionHasher(key[:])
-	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
+	hasher := placement.NewSessionHasher(key[:])
+	model, err := placement.NewModel(mc, placement.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
@@ -229,7 +229,7 @@ func (w *virtualWorld) observe() {
 	samples := make([]*replicaSample, w.v.Replicas())
 	for i := range samples {
 		s := w.v.Stats(i)
-		w.model.ObserveReplica(i, agent.ReplicaMetrics{
+		w.model.ObserveReplica(i, placement.ReplicaMetrics{
 			Healthy: true, Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
@@ -252,7 +252,7 @@ func (w *virtualWorld) observe() {
 // flight is one request in flight.
 type flight struct {
 	replica int
-	place   agent.Placement
+	place   placement.Placement
 }
 
 // runArm plays one window for the configured duration: step.Sessions
@@ -275,7 +275,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	rec.tasks = window.tasks
 	w.live = liveSet{}
 	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
-	var admitted agent.AdmissionStats
+	var admitted placement.AdmissionStats
 	measure := func() {
 		rec = window
 		w.rec = window
@@ -298,7 +298,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	nextSession := 0
 	var startSession func(at time.Time)
 	var sendTurn func(c *Conversation, prev []uint32, reused int)
-	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
+	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p placement.Placement, err error)
 	// ended: a session finished or failed; a closed loop replaces it.
 	ended := func(at time.Time) {
 		if !step.Open() {
@@ -326,10 +326,10 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 			rec.tasks.sessionStarted(c.Session.ID, since(sent))
 		}
 		w.live.set(c.Session.ID, len(prompt))
-		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, req.Messages), Now: sent}, c.Turn,
-			func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, p, err) })
+		w.admit(placement.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, req.Messages), Now: sent}, c.Turn,
+			func(p placement.Placement, err error) { submitTurn(c, req, prompt, reused, sent, p, err) })
 	}
-	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
+	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p placement.Placement, err error) {
 		parked := w.v.Now().Sub(sent).Seconds()
 		if parked > 0 {
 			rec.tasks.parkedFor(parked, false)

@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // An exchange can be ended from outside its goroutine: its request body

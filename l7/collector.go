@@ -3,8 +3,9 @@ package l7
 import (
 	"strconv"
 
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The shim's Prometheus metrics (the agent exports placement and replica

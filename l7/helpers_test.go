@@ -16,8 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7/http1"
@@ -52,9 +52,9 @@ func modelConfig(urls ...string) config.ModelConfig {
 
 // mustModel builds the real placement state for mc and checks, when the
 // test ends, that no request is left counted in flight.
-func mustModel(tb testing.TB, mc config.ModelConfig) *agent.Model {
+func mustModel(tb testing.TB, mc config.ModelConfig) *placement.Model {
 	tb.Helper()
-	m, err := agent.NewModel(mc, agent.ModelOptions{})
+	m, err := placement.NewModel(mc, placement.ModelOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func mustShim(tb testing.TB, m Placer, opts Options) (*Shim, string) {
 
 // waitInFlight waits until the model counts no request in flight: ending
 // an exchange after a client abort is asynchronous to the test.
-func waitInFlight(tb testing.TB, m *agent.Model) {
+func waitInFlight(tb testing.TB, m *placement.Model) {
 	tb.Helper()
 	testutil.Eventually(tb, 10*time.Second, "no request in flight", func() bool {
 		if n := m.Status().InFlight; n != 0 {

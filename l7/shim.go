@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
@@ -25,11 +25,11 @@ import (
 type Placer interface {
 	Name() string
 	SessionHeaders() []string
-	Admit(agent.Request) (agent.Placement, *agent.Wait, error)
-	Claim(*agent.Wait, time.Time) (agent.Placement, error)
-	Abandon(*agent.Wait, time.Time)
-	Retry(agent.Placement, time.Time) (agent.Placement, error)
-	Done(agent.Placement, time.Time)
+	Admit(placement.Request) (placement.Placement, *placement.Wait, error)
+	Claim(*placement.Wait, time.Time) (placement.Placement, error)
+	Abandon(*placement.Wait, time.Time)
+	Retry(placement.Placement, time.Time) (placement.Placement, error)
+	Done(placement.Placement, time.Time)
 }
 
 // Options tune a Shim. Zero values take the defaults below.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // HostLoad is what the last poll of a host's warden said about the model
@@ -46,8 +46,8 @@ func (l HostLoad) Healthy() bool { return l.Serving && l.Ready > 0 }
 // (agent/placement.go) weighs running, waiting and KV use per replica;
 // summed over the host's replicas, a host's load is the sum of its
 // replicas' loads, so hosts compare as their warden compares replicas.
-func (l HostLoad) metrics() agent.ReplicaMetrics {
-	return agent.ReplicaMetrics{Healthy: l.Healthy(), Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsed}
+func (l HostLoad) metrics() placement.ReplicaMetrics {
+	return placement.ReplicaMetrics{Healthy: l.Healthy(), Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsed}
 }
 
 // errPoll is a host warden that did not answer usably.

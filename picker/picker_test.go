@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/picker"
 	"github.com/lmwarden/lmwarden/picker/pickertest"
@@ -234,7 +234,7 @@ func TestRestartedPickerLearnsConversationsFromTheHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Kind != agent.KindSticky {
+		if p.Kind != placement.KindSticky {
 			t.Errorf("c%d: placed %s, want sticky", s, p.Kind)
 		}
 		fresh.Done(p)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
@@ -82,8 +83,8 @@ func (k *kernelDatapath) listenFrontend(addr string) (*net.TCPListener, error) {
 
 // sessionSink mirrors every model's sessions into the pinned map
 // (agent.Options.Sink); each entry carries its model's index in the config.
-func (k *kernelDatapath) sessionSink(cfg *config.Config) func(config.ModelConfig) agent.SessionSink {
-	return func(mc config.ModelConfig) agent.SessionSink {
+func (k *kernelDatapath) sessionSink(cfg *config.Config) func(config.ModelConfig) placement.SessionSink {
+	return func(mc config.ModelConfig) placement.SessionSink {
 		for i := range cfg.Models {
 			if cfg.Models[i].Name == mc.Name {
 				return maps.SessionSink{S: k.st, Model: uint32(i)}

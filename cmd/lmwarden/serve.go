@@ -13,6 +13,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
 )
@@ -198,7 +199,7 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 	return cfg, nil
 }
 
-func shapeOf(m *agent.Model) string {
+func shapeOf(m *placement.Model) string {
 	if m.OneEndpoint() {
 		return "endpoint"
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -37,7 +38,7 @@ func mustAdminWarden(tb testing.TB) *agent.Warden {
 	tb.Cleanup(func() { w.Close() })
 	m := w.Models()[0]
 	for i := range 3 {
-		p, err := m.Place(agent.Request{SessionID: "cli-session", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "cli-session", Now: time.Now()})
 		if err != nil {
 			tb.Fatal(err)
 		}
