@@ -29,10 +29,6 @@ import (
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
 //	GET /                                 the dashboard (dashboard.go, web/)
 
-// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
-// means no bound).
-const DefaultSessionsLimit = 10000
-
 func (w *Warden) routes() {
 	w.mux.HandleFunc("GET /api/v1/models", w.handleModels)
 	w.mux.HandleFunc("GET /api/v1/models/{name}", w.handleModel)
@@ -80,7 +76,7 @@ func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
 func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return
 	}
 	writeJSON(rw, http.StatusOK, m.Status())
@@ -108,7 +104,7 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *placement.Model {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return nil
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
@@ -130,7 +126,7 @@ func (w *Warden) logChange(r *http.Request, m *placement.Model, setting string, 
 }
 
 func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
-	limit := DefaultSessionsLimit
+	limit := adminapi.DefaultSessionsLimit
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
@@ -143,7 +139,7 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 	if name := r.URL.Query().Get("model"); name != "" {
 		m := w.byName[name]
 		if m == nil {
-			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, name))
+			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, name))
 			return
 		}
 		models = []*placement.Model{m}

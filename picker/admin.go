@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
@@ -53,13 +52,13 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 	mux.HandleFunc("GET /api/v1/models/{name}", func(rw http.ResponseWriter, r *http.Request) {
 		m := reg.Model()
 		if r.PathValue("name") != m.Name() {
-			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", agent.ErrUnknownModel, r.PathValue("name"))})
+			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", adminapi.ErrUnknownModel, r.PathValue("name"))})
 			return
 		}
 		writeJSON(rw, http.StatusOK, m.Status())
 	})
 	mux.HandleFunc("GET /api/v1/sessions", func(rw http.ResponseWriter, r *http.Request) {
-		limit := agent.DefaultSessionsLimit
+		limit := adminapi.DefaultSessionsLimit
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {

@@ -1,6 +1,9 @@
 package adminapi
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // ModelsResponse is the body of GET /api/v1/models.
 type ModelsResponse struct {
@@ -36,3 +39,10 @@ type SessionInfo struct {
 	// Active: a request within the last ActiveWindow (counts toward load).
 	Active bool `json:"active"`
 }
+
+// ErrUnknownModel: no model has that name (admin API: 404).
+var ErrUnknownModel = errors.New("unknown model")
+
+// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
+// means no bound).
+const DefaultSessionsLimit = 10000
