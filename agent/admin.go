@@ -15,8 +15,9 @@ import (
 	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
-// The admin API (loopback by default). JSON shapes are ModelsResponse,
-// SessionsResponse, AffinityRequest and PolicyRequest; the CLI decodes the same types.
+// The admin API (loopback by default). Its JSON bodies are package
+// adminapi's (ModelsResponse, SessionsResponse, AffinityRequest,
+// PolicyRequest); the CLI decodes the same types.
 //
 //	GET /api/v1/models                    every model and its replicas
 //	GET /api/v1/models/{name}             one model

@@ -118,7 +118,7 @@ var (
 		"Prefix-cache hit rate over hit_rate_window: delta(hits)/delta(queries), 0-1.",
 		[]string{"model", "replica"}, nil)
 	descLoad = prometheus.NewDesc("lmwarden_replica_load",
-		"load(r) as placement computes it (agent/placement.go).",
+		"load(r) as placement computes it (agent/placement/placement.go).",
 		[]string{"model", "replica"}, nil)
 	descFirstByte = prometheus.NewDesc("lmwarden_time_to_first_byte_seconds",
 		"From the request head read to the first response byte after the response head (the first streamed event), or to the response head when the body came with it, was not streamed, or was carried by the kernel datapath.",

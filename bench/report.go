@@ -147,7 +147,7 @@ type TaskStats struct {
 }
 
 // AdmissionCounts are the warden's admission counters over a window
-// (agent.AdmissionStats' increase).
+// (placement.AdmissionStats' increase).
 type AdmissionCounts struct {
 	Parked   uint64 `json:"parked"`    // requests that waited
 	Rejected uint64 `json:"rejected"`  // refused, queue full (503)

@@ -13,7 +13,7 @@ import (
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// VirtualConfig is a run on the virtual clock: the workload, agent.Model's
+// VirtualConfig is a run on the virtual clock: the workload, placement.Model's
 // placement and sim's replica engines in one goroutine, no sockets.
 type VirtualConfig struct {
 	Profile  sim.Profile
@@ -38,7 +38,7 @@ type VirtualConfig struct {
 	// Trace, if set, receives every poll and answered request (bench/trace.go).
 	Trace Tracer
 	// Admission, if its Mode is set, replaces the model's admission settings
-	// (agent.Model.SetAdmission; virtual_admission.go).
+	// (placement.Model.SetAdmission; virtual_admission.go).
 	Admission config.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape

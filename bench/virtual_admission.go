@@ -5,7 +5,7 @@ import (
 )
 
 // Cache-capacity admission in the virtual runner: a request that
-// agent.Model.Admit parks waits on the virtual clock until the model grants
+// placement.Model.Admit parks waits on the virtual clock until the model grants
 // it room (checked after every request end and poll, the moments the model
 // frees room) or its timeout passes, then is placed with Claim, exactly as
 // the shim does on real time. Its wait counts in its time to first token.

@@ -58,7 +58,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // alerts see it before the first one.
 var answeredCodes = []int{400, 408, 431, 502, 503, 504, 505}
 
-// replicaCounter is implemented by *agent.Model.
+// replicaCounter is implemented by *placement.Model.
 type replicaCounter interface{ Replicas() int }
 
 // Collect implements prometheus.Collector.

@@ -24,7 +24,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
 	// A body that has not arrived whole with its head does not steer
-	// placement until it has (agent.Request.BodyPending).
+	// placement until it has (placement.Request.BodyPending).
 	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
 	p, wait, err := s.placer.Admit(placement.Request{
 		SessionID:    key.SessionID,
@@ -186,7 +186,7 @@ func (s *Shim) replicaURL(replica int) string {
 	return ""
 }
 
-// bodyArrival is implemented by *agent.Model (agent.Request.BodyPending).
+// bodyArrival is implemented by *placement.Model (placement.Request.BodyPending).
 type bodyArrival interface{ BodyArrived(*placement.Placement) }
 
 // parkedPoll is how often a parked request checks that its client is
@@ -531,13 +531,13 @@ func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http
 	return resp, false, err
 }
 
-// responseObserver is implemented by *agent.Model: it keeps the time to
+// responseObserver is implemented by *placement.Model: it keeps the time to
 // first byte and duration histograms (lmwarden_*_seconds).
 type responseObserver interface {
 	ObserveResponse(placement.ResponseTiming, time.Time)
 }
 
-// answeredObserver is implemented by *agent.Model: the dashboard shows
+// answeredObserver is implemented by *placement.Model: the dashboard shows
 // the errors the warden answered itself, by code.
 type answeredObserver interface {
 	ObserveAnswered(code int, now time.Time)

@@ -18,7 +18,7 @@ import (
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
-// Placer is what the shim needs from the control plane: *agent.Model.
+// Placer is what the shim needs from the control plane: *placement.Model.
 // Admit places a request at once or parks it (cache-capacity admission);
 // a parked one is placed by Claim or dropped by Abandon. Every placement
 // ends with exactly one Done, unless a Retry failed (it released it).
@@ -139,7 +139,7 @@ type connState struct {
 	lim  *limitEntry // its place in the connection bounds
 }
 
-// NewShim returns a shim for one model (pass an *agent.Model).
+// NewShim returns a shim for one model (pass an *placement.Model).
 func NewShim(m Placer, opts Options) *Shim {
 	opts.setDefaults()
 	return &Shim{

@@ -19,7 +19,7 @@ import (
 // as they read a warden.
 //
 //	GET /api/v1/hosts      every host: endpoint, admin URL, health, what its warden last said
-//	GET /api/v1/models     the Model over the hosts (agent.ModelsResponse)
+//	GET /api/v1/models     the Model over the hosts (adminapi.ModelsResponse)
 //	GET /api/v1/sessions   the conversations and the host each is on (keyed hashes only)
 //	GET /healthz           200 while the process serves
 //	GET /readyz            200 while at least one host takes placements, else 503 and why

@@ -43,7 +43,7 @@ type HostLoad struct {
 func (l HostLoad) Healthy() bool { return l.Serving && l.Ready > 0 }
 
 // metrics is the host as a replica of the picker's Model. The load formula
-// (agent/placement.go) weighs running, waiting and KV use per replica;
+// (agent/placement/placement.go) weighs running, waiting and KV use per replica;
 // summed over the host's replicas, a host's load is the sum of its
 // replicas' loads, so hosts compare as their warden compares replicas.
 func (l HostLoad) metrics() placement.ReplicaMetrics {

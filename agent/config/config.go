@@ -126,7 +126,7 @@ type ModelConfig struct {
 	Policy         Policy         `yaml:"policy"`
 	// VLLMLBStats is the stats mode of the vllm-lb emulation: fresh, stale, none.
 	VLLMLBStats string `yaml:"vllm_lb_stats"`
-	// Admission is policy cost's cache-capacity admission (agent/admission.go).
+	// Admission is policy cost's cache-capacity admission (agent/placement/admission.go).
 	Admission AdmissionConfig `yaml:"admission"`
 	// PinSources are the client addresses (an IP, or a CIDR prefix) whose
 	// X-data-parallel-rank and X-Warden-Replica headers are honoured;
