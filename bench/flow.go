@@ -44,7 +44,6 @@ type flowSend struct {
 	// Bytes is the request body's size the placement is told (the shim
 	// knows it from Content-Length); 0: estimated from the messages.
 	Bytes int64
-	tag   any // the flow's own bookkeeping
 }
 
 // flowAnswer is what a runner saw of a request.
