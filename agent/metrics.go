@@ -19,7 +19,7 @@ var (
 		"Constant 1; the labels say which build runs (lmwarden --version).",
 		[]string{"version", "revision", "goversion"}, nil)
 	descRequests = prometheus.NewDesc("lmwarden_requests_total",
-		"Requests placed, by replica and placement kind (new, sticky, spilled, client_pinned, unaffined, balanced, repinned).",
+		"Requests placed, by replica and placement kind (new, sticky, spilled, client_pinned, unaffined, balanced, repinned, fresh).",
 		[]string{"model", "replica", "kind"}, nil)
 	descVLLMDecided = prometheus.NewDesc("lmwarden_requests_vllm_decided_total",
 		"Requests forwarded without a rank header for vLLM to place (affinity off, one-endpoint shape).",
@@ -54,6 +54,12 @@ var (
 	descInvalidPins = prometheus.NewDesc("lmwarden_invalid_pins_total",
 		"Client-pinned headers naming no valid, healthy replica (ignored; the request was routed normally).",
 		[]string{"model"}, nil)
+	descConvRequests = prometheus.NewDesc("lmwarden_conversation_requests_total",
+		"Requests by what keyed their conversation: session (a session header), subagent (a session and an agent header), body (no session header: the body's stable start), none (placed by load). The share without a session header is (body + none) over all.",
+		[]string{"model", "key"}, nil)
+	descConversations = prometheus.NewDesc("lmwarden_conversations",
+		"Conversations in the session table, by kind: session (a session's main conversation), subagent, body (keyed by the body's start).",
+		[]string{"model", "kind"}, nil)
 	descUnaffined = prometheus.NewDesc("lmwarden_unaffined_total",
 		"Requests without a session id (placed least-loaded, not pinned).",
 		[]string{"model"}, nil)
@@ -137,7 +143,7 @@ var (
 var allDescs = []*prometheus.Desc{
 	descBuildInfo, descRequests, descVLLMDecided, descInFlight, descReplicaInFlight, descSessionsLive,
 	descSessionsPinned, descSessionsEvicted, descUntrustedPins, descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
-	descUnaffined, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
+	descUnaffined, descConvRequests, descConversations, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents,
 	descAdmissionEngaged, descAdmissionLoad, descAdmissionOldest, descReplicaLive, descReplicaBudget, descRetries, descReplicaInfo, descHealthy, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
@@ -192,6 +198,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSessionsExpired, float64(s.SessionsExpired), mn)
 		counter(descInvalidPins, float64(s.InvalidPins), mn)
 		counter(descUnaffined, float64(s.Unaffined), mn)
+		for k, n := range s.ConversationRequests {
+			counter(descConvRequests, float64(n), mn, k)
+		}
+		for k, n := range s.Conversations {
+			gauge(descConversations, float64(n), mn, k)
+		}
 		counter(descStayed, float64(s.Stayed), mn, "stayed")
 		counter(descStayed, float64(s.Moved), mn, "moved")
 		gauge(descStickyRatio, s.StickyShare, mn)

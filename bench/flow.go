@@ -44,6 +44,10 @@ type flowSend struct {
 	// Bytes is the request body's size the placement is told (the shim
 	// knows it from Content-Length); 0: estimated from the messages.
 	Bytes int64
+	// Held is the start of the request body as sent, when the flow has it
+	// at hand and Messages does not hold it (virtual runs without a
+	// session header key the conversation by it; bench/virtual_key.go).
+	Held []byte
 }
 
 // flowAnswer is what a runner saw of a request.

@@ -176,6 +176,9 @@ func (c *replayConv) turn(now time.Duration) flowSend {
 		Bytes: int64(row.Input*sim.BytesPerToken + 160)}
 	if c.tokens {
 		s.Prompt = c.text.prompt(row.HashIDs, row.Input)
+		if c.session == "" {
+			s.Held = c.text.held(row.HashIDs, row.Input)
+		}
 	} else {
 		s.Messages = []sim.Message{{Role: "user", Content: c.text.content(row.HashIDs, row.Input)}}
 	}

@@ -79,3 +79,12 @@ func (x *replayText) prompt(ids []int64, input int) []uint32 {
 	}
 	return append(out, x.close...)
 }
+
+// held is the start of the request body the shim holds for a prompt over
+// ids (its first heldBodyBytes): the body with the one user message cut
+// to the blocks that reach that far.
+func (x *replayText) held(ids []int64, input int) []byte {
+	k := min(len(ids), heldBodyBytes/(x.block*sim.BytesPerToken)+1)
+	text := x.content(ids[:k], min(input, k*x.block))
+	return renderHeld("", []sim.Message{{Role: "user", Content: text}})
+}

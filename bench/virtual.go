@@ -50,6 +50,12 @@ type VirtualConfig struct {
 	Replay *ReplayConfig
 	// NoSessionHeader sends no session id, as a client without one.
 	NoSessionHeader bool
+	// NoAgentKey keys a subagent's requests by its session alone, as the
+	// warden did before agents were told apart (agent_headers: []).
+	NoAgentKey bool
+	// NoBodyKey places requests without a session id by load alone
+	// (body_key: false).
+	NoBodyKey bool
 	// SpillThreshold, if set (N or Auto), replaces the warden's default
 	// spill threshold (agent config spill_threshold).
 	SpillThreshold config.SpillThreshold

@@ -114,7 +114,9 @@ func (l *flowLoop) send(f flow, s *flowSend) {
 	if bytes <= 0 {
 		bytes = bodyBytes(s.System, s.Messages)
 	}
-	w.admit(placement.Request{SessionID: s.Session, PromptBytes: bytes, Now: sent}, s.Turn,
+	req := placement.Request{PromptBytes: bytes, Now: sent}
+	w.keyRequest(&req, s)
+	w.admit(req, s.Turn,
 		func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, p, err) })
 }
 

@@ -48,11 +48,13 @@ func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
 		a.rec.tasks.sessionStarted(c.Session.ID, a.since(sent))
 	}
 	w.live.set(c.Session.ID, len(prompt))
-	header := c.Session.ID
+	s := flowSend{Session: c.Session.ID, System: l.wl.System, Messages: req.Messages}
 	if w.cfg.NoSessionHeader {
-		header = ""
+		s.Session = ""
 	}
-	w.admit(placement.Request{SessionID: header, PromptBytes: bodyBytes(l.wl.System, req.Messages), Now: sent}, c.Turn,
+	r := placement.Request{PromptBytes: bodyBytes(l.wl.System, req.Messages), Now: sent}
+	w.keyRequest(&r, &s)
+	w.admit(r, c.Turn,
 		func(p placement.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, p, err) })
 }
 

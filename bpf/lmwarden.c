@@ -147,3 +147,4 @@ const volatile enum sock_mode lmw_btf_sock_mode = SOCK_PASS;
 const volatile enum frame_phase lmw_btf_frame_phase = FR_HEAD;
 const volatile enum dispatch_outcome lmw_btf_dispatch_outcome = DISPATCH_LOOKUPS;
 const volatile enum pair_outcome lmw_btf_pair_outcome = PAIR_PAIRED;
+const volatile enum conversation_kind lmw_btf_conversation_kind = CONV_SESSION;

@@ -102,14 +102,28 @@ enum dispatch_outcome {
 	DISPATCH_OUTCOMES,
 };
 
-/* session: value of the sessions map, keyed by the keyed 64-bit hash of the
- * session id (__u64). Written by the agent; dumped by bpftool and by
- * `lmwarden sessions --from-maps`; survives a warden restart, when it puts
- * every session back into its model on its replica. */
+/* conversation_kind: what keyed a conversation (agent/placement's
+ * ConversationKind, same numbers; a test checks them). */
+enum conversation_kind {
+	CONV_SESSION = 1,  /* a session header alone: the session's main conversation */
+	CONV_SUBAGENT = 2, /* a session header and an agent header: a subagent's own */
+	CONV_BODY = 3,     /* no session header: the body's stable start */
+};
+
+/* session: value of the sessions map, keyed by the keyed 64-bit hash of a
+ * conversation: the session id, the session and agent ids of a subagent,
+ * or the body's start (__u64). Written by the agent; dumped by bpftool and
+ * by `lmwarden sessions --from-maps`; survives a warden restart, when it
+ * puts every conversation back into its model on its replica. */
 struct session {
 	__u32 replica;      /* index in the model's replicas (or the rank) */
 	__u32 model;        /* index of the model in the config */
 	__u64 last_seen_ns; /* unix nanoseconds, set by the agent */
+	__u64 parent;       /* keyed hash of the conversation it belongs under
+	                     * (a subagent's: its session's, or the agent's that
+	                     * started it); 0: none */
+	__u32 kind;         /* enum conversation_kind; 0: written before kinds */
+	__u32 _pad;
 };
 
 /* frame: where a body's framing parser is. The chunked phases are the

@@ -23,6 +23,14 @@ type LmwardenConnKey struct {
 	Pad    uint16
 }
 
+type LmwardenConversationKind uint32
+
+const (
+	LmwardenConversationKindCONV_SESSION  LmwardenConversationKind = 1
+	LmwardenConversationKindCONV_SUBAGENT LmwardenConversationKind = 2
+	LmwardenConversationKindCONV_BODY     LmwardenConversationKind = 3
+)
+
 type LmwardenDispatchOutcome uint32
 
 const (
@@ -119,6 +127,9 @@ type LmwardenSession struct {
 	Replica    uint32
 	Model      uint32
 	LastSeenNs uint64
+	Parent     uint64
+	Kind       uint32
+	Pad        uint32
 }
 
 type LmwardenSockCtl struct {
@@ -190,28 +201,29 @@ type LmwardenSockState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	LmwardenMapLmwClientSocks        = "lmw_client_socks"
-	LmwardenMapLmwDispatchStats      = "lmw_dispatch_stats"
-	LmwardenMapLmwFrontends          = "lmw_frontends"
-	LmwardenMapLmwListeners          = "lmw_listeners"
-	LmwardenMapLmwOwnConns           = "lmw_own_conns"
-	LmwardenMapLmwPairStats          = "lmw_pair_stats"
-	LmwardenMapLmwPaired             = "lmw_paired"
-	LmwardenMapLmwReplicaSocks       = "lmw_replica_socks"
-	LmwardenMapLmwResponseEnds       = "lmw_response_ends"
-	LmwardenMapLmwSessions           = "lmw_sessions"
-	LmwardenMapLmwSockCtls           = "lmw_sock_ctls"
-	LmwardenMapLmwSockStates         = "lmw_sock_states"
-	LmwardenMapLmwSocks              = "lmw_socks"
-	LmwardenMapLmwStats              = "lmw_stats"
-	LmwardenProgLmwDispatch          = "lmw_dispatch"
-	LmwardenProgLmwPair              = "lmw_pair"
-	LmwardenProgLmwReply             = "lmw_reply"
-	LmwardenProgLmwVerdict           = "lmw_verdict"
-	LmwardenVarLmwBtfDispatchOutcome = "lmw_btf_dispatch_outcome"
-	LmwardenVarLmwBtfFramePhase      = "lmw_btf_frame_phase"
-	LmwardenVarLmwBtfPairOutcome     = "lmw_btf_pair_outcome"
-	LmwardenVarLmwBtfSockMode        = "lmw_btf_sock_mode"
+	LmwardenMapLmwClientSocks         = "lmw_client_socks"
+	LmwardenMapLmwDispatchStats       = "lmw_dispatch_stats"
+	LmwardenMapLmwFrontends           = "lmw_frontends"
+	LmwardenMapLmwListeners           = "lmw_listeners"
+	LmwardenMapLmwOwnConns            = "lmw_own_conns"
+	LmwardenMapLmwPairStats           = "lmw_pair_stats"
+	LmwardenMapLmwPaired              = "lmw_paired"
+	LmwardenMapLmwReplicaSocks        = "lmw_replica_socks"
+	LmwardenMapLmwResponseEnds        = "lmw_response_ends"
+	LmwardenMapLmwSessions            = "lmw_sessions"
+	LmwardenMapLmwSockCtls            = "lmw_sock_ctls"
+	LmwardenMapLmwSockStates          = "lmw_sock_states"
+	LmwardenMapLmwSocks               = "lmw_socks"
+	LmwardenMapLmwStats               = "lmw_stats"
+	LmwardenProgLmwDispatch           = "lmw_dispatch"
+	LmwardenProgLmwPair               = "lmw_pair"
+	LmwardenProgLmwReply              = "lmw_reply"
+	LmwardenProgLmwVerdict            = "lmw_verdict"
+	LmwardenVarLmwBtfConversationKind = "lmw_btf_conversation_kind"
+	LmwardenVarLmwBtfDispatchOutcome  = "lmw_btf_dispatch_outcome"
+	LmwardenVarLmwBtfFramePhase       = "lmw_btf_frame_phase"
+	LmwardenVarLmwBtfPairOutcome      = "lmw_btf_pair_outcome"
+	LmwardenVarLmwBtfSockMode         = "lmw_btf_sock_mode"
 )
 
 // LoadLmwarden returns the embedded CollectionSpec for Lmwarden.
@@ -286,10 +298,11 @@ type LmwardenMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LmwardenVariableSpecs struct {
-	LmwBtfDispatchOutcome *ebpf.VariableSpec `ebpf:"lmw_btf_dispatch_outcome"`
-	LmwBtfFramePhase      *ebpf.VariableSpec `ebpf:"lmw_btf_frame_phase"`
-	LmwBtfPairOutcome     *ebpf.VariableSpec `ebpf:"lmw_btf_pair_outcome"`
-	LmwBtfSockMode        *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
+	LmwBtfConversationKind *ebpf.VariableSpec `ebpf:"lmw_btf_conversation_kind"`
+	LmwBtfDispatchOutcome  *ebpf.VariableSpec `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase       *ebpf.VariableSpec `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome      *ebpf.VariableSpec `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode         *ebpf.VariableSpec `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenObjects contains all objects after they have been loaded into the kernel.
@@ -351,10 +364,11 @@ func (m *LmwardenMaps) Close() error {
 //
 // It can be passed to LoadLmwardenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LmwardenVariables struct {
-	LmwBtfDispatchOutcome *ebpf.Variable `ebpf:"lmw_btf_dispatch_outcome"`
-	LmwBtfFramePhase      *ebpf.Variable `ebpf:"lmw_btf_frame_phase"`
-	LmwBtfPairOutcome     *ebpf.Variable `ebpf:"lmw_btf_pair_outcome"`
-	LmwBtfSockMode        *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
+	LmwBtfConversationKind *ebpf.Variable `ebpf:"lmw_btf_conversation_kind"`
+	LmwBtfDispatchOutcome  *ebpf.Variable `ebpf:"lmw_btf_dispatch_outcome"`
+	LmwBtfFramePhase       *ebpf.Variable `ebpf:"lmw_btf_frame_phase"`
+	LmwBtfPairOutcome      *ebpf.Variable `ebpf:"lmw_btf_pair_outcome"`
+	LmwBtfSockMode         *ebpf.Variable `ebpf:"lmw_btf_sock_mode"`
 }
 
 // LmwardenPrograms contains all programs after they have been loaded into the kernel.

@@ -40,10 +40,11 @@ func (k *SkbPath) ReadFirstHead(c *datapath.Conn) (*http1.Head, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h, _, err := http1.ReadHead(pr, nil)
+	h, rest, err := http1.ReadHead(pr, nil)
 	if err != nil {
 		return nil, nil, err
 	}
+	c.Peeked = rest // read for the body's start only: the kernel forwards these bytes
 	k.mu.Lock()
 	k.peeked[cookie] = peekedHead{size: h.Size, at: time.Now()}
 	k.mu.Unlock()

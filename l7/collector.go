@@ -30,6 +30,9 @@ var (
 	descConnsShed = prometheus.NewDesc("lmwarden_shim_connections_shed_total",
 		"Idle client connections closed to make room for a new one at a bound (the longest idle first).",
 		[]string{"bound"}, nil)
+	descBodyKeys = prometheus.NewDesc("lmwarden_shim_body_keys_total",
+		"Requests without a session header, by what the body's start gave their conversation key: keyed (read from the bytes that came with the head), short (it lay beyond them: placed by load), none (no chat body with a Content-Length, or body_key off).",
+		[]string{"model", "outcome"}, nil)
 	descDatapathBytes = prometheus.NewDesc("lmwarden_datapath_bytes_total",
 		"Body bytes relayed per replica by the datapath (direction up: client to replica; down: replica to client).",
 		[]string{"model", "replica", "direction", "datapath"}, nil)
@@ -46,6 +49,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descShimConns
 	ch <- descShimHeads
 	ch <- descShimAnswered
+	ch <- descBodyKeys
 	ch <- descDatapathBytes
 	ch <- descOpenConns
 	ch <- descConnLimit
@@ -86,6 +90,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		st := s.Stats()
 		ch <- prometheus.MustNewConstMetric(descShimConns, prometheus.CounterValue, float64(st.Connections), model)
 		ch <- prometheus.MustNewConstMetric(descShimHeads, prometheus.CounterValue, float64(st.Requests), model)
+		for i, n := range st.BodyKeys {
+			ch <- prometheus.MustNewConstMetric(descBodyKeys, prometheus.CounterValue, float64(n), model, bodyKeyOutcomes[i])
+		}
 		codes := map[int]uint64{}
 		for _, code := range answeredCodes {
 			codes[code] = 0

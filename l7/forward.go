@@ -21,18 +21,28 @@ import (
 // another request.
 func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
-	key := RoutingKeyOf(h, s.placer.SessionHeaders())
+	held := client.Pending
+	if len(held) == 0 {
+		held = client.Peeked
+	}
+	key := RoutingKeyOf(h, s.placer.KeySources(), held)
+	client.Peeked = nil
+	s.countKey(key)
 	start := time.Now()
 	// A body that has not arrived whole with its head does not steer
 	// placement until it has (placement.Request.BodyPending).
 	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
 	p, wait, err := s.placer.Admit(placement.Request{
-		SessionID:    key.SessionID,
-		PinnedHeader: key.PinnedHeader,
-		PromptBytes:  key.PromptBytes,
-		BodyPending:  bodyPending,
-		Source:       remoteAddr(client.TCPConn),
-		Now:          start,
+		SessionID:        key.SessionID,
+		AgentID:          key.AgentID,
+		ParentAgentID:    key.ParentAgentID,
+		ContextCompacted: key.ContextCompacted,
+		BodyStart:        key.BodyStart,
+		PinnedHeader:     key.PinnedHeader,
+		PromptBytes:      key.PromptBytes,
+		BodyPending:      bodyPending,
+		Source:           remoteAddr(client.TCPConn),
+		Now:              start,
 	})
 	client.Mark("placed")
 	var parked time.Duration

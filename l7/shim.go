@@ -24,7 +24,7 @@ import (
 // ends with exactly one Done, unless a Retry failed (it released it).
 type Placer interface {
 	Name() string
-	SessionHeaders() []string
+	KeySources() placement.KeySources
 	Admit(placement.Request) (placement.Placement, *placement.Wait, error)
 	Claim(*placement.Wait, time.Time) (placement.Placement, error)
 	Abandon(*placement.Wait, time.Time)
@@ -430,12 +430,39 @@ type Stats struct {
 	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
 	Parked      uint64         // requests that waited for admission
 	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504, 505)
+	// BodyKeys counts the requests without a session id by what their
+	// body's start gave (bodyKeyOutcomes: keyed, short, none).
+	BodyKeys [numBodyKeyOutcomes]uint64
 }
+
+// What the body's start gave a request without a session id.
+const (
+	bodyKeyed = iota // a start was read: the conversation's key
+	bodyShort        // the start lay beyond the bytes that came with the head
+	bodyNone         // no start: not a chat request with a Content-Length, or body_key off
+	numBodyKeyOutcomes
+)
+
+var bodyKeyOutcomes = [numBodyKeyOutcomes]string{"keyed", "short", "none"}
 
 type stats struct {
 	conns, requests, retries, replays, parked atomic.Uint64
+	bodyKeys                                  [numBodyKeyOutcomes]atomic.Uint64
 	mu                                        sync.Mutex
 	answered                                  map[int]uint64
+}
+
+// countKey counts what a request without a session id had of a body key.
+func (s *Shim) countKey(k RoutingKey) {
+	switch {
+	case k.SessionID != "":
+	case k.BodyStart != nil:
+		s.stats.bodyKeys[bodyKeyed].Add(1)
+	case k.BodyShort:
+		s.stats.bodyKeys[bodyShort].Add(1)
+	default:
+		s.stats.bodyKeys[bodyNone].Add(1)
+	}
 }
 
 func (st *stats) countStatus(code int) {
@@ -456,6 +483,9 @@ func (s *Shim) Stats() Stats {
 		Replays:     s.stats.replays.Load(),
 		Parked:      s.stats.parked.Load(),
 		Answered:    map[int]uint64{},
+	}
+	for i := range out.BodyKeys {
+		out.BodyKeys[i] = s.stats.bodyKeys[i].Load()
 	}
 	s.stats.mu.Lock()
 	for k, v := range s.stats.answered {

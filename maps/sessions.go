@@ -13,7 +13,12 @@ import (
 // PutSession records that the session with keyed hash h of the model with
 // index model (in the config) lives on replica.
 func (s *State) PutSession(h uint64, replica, model uint32, lastSeen time.Time) error {
-	v := Session{Replica: replica, Model: model, LastSeenNs: uint64(lastSeen.UnixNano())}
+	return s.PutConversation(h, Session{Replica: replica, Model: model, LastSeenNs: uint64(lastSeen.UnixNano()),
+		Kind: uint32(bpf.LmwardenConversationKindCONV_SESSION)})
+}
+
+// PutConversation records the conversation with keyed hash h.
+func (s *State) PutConversation(h uint64, v Session) error {
 	return s.objs.LmwSessions.Update(h, &v, ebpf.UpdateAny)
 }
 

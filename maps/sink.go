@@ -13,9 +13,11 @@ type SessionSink struct {
 	Model uint32
 }
 
-// Upsert records hash on replica, seen now.
-func (k SessionSink) Upsert(hash uint64, replica int) {
-	k.S.PutSession(hash, uint32(replica), k.Model, time.Now())
+// Upsert records conversation hash on replica, seen now, with the
+// conversation it belongs under and its kind (enum conversation_kind).
+func (k SessionSink) Upsert(hash uint64, replica int, parent uint64, kind uint8) {
+	k.S.PutConversation(hash, Session{Replica: uint32(replica), Model: k.Model, LastSeenNs: uint64(time.Now().UnixNano()),
+		Parent: parent, Kind: uint32(kind)})
 }
 
 // Delete forgets hash.

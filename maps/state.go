@@ -395,11 +395,20 @@ func loadSpec() (*ebpf.CollectionSpec, error) {
 // loadObjects loads every map (pinned by name into pinDir, or the pinned
 // ones reused) and the programs of s.mode: a kernel that cannot verify the
 // other mode's programs still runs this one.
-func (s *State) loadObjects(pinDir string) error {
+func (s *State) loadObjects(pinDir string) (err error) {
 	spec, err := loadSpec()
 	if err != nil {
 		return err
 	}
+	old, err := takeOldSessions(pinDir, spec)
+	if err != nil {
+		return fmt.Errorf("sessions map of an earlier layout: %w", err)
+	}
+	defer func() {
+		if err == nil && len(old) > 0 {
+			err = s.putBack(old)
+		}
+	}()
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}}
 	switch s.mode {
 	case ModeMsg:

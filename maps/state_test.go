@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/bpf"
 )
 
 func TestLoadPinsStateWithPrivateModes(t *testing.T) {
@@ -239,5 +242,48 @@ func TestLockTimeoutNamesTheHolder(t *testing.T) {
 	// Unload waits for the lock the same way.
 	if err := Unload(Options{Dir: s.Dir(), LockTimeout: -1}); !errors.Is(err, ErrLocked) {
 		t.Errorf("Unload of a held state: %v, want ErrLocked", err)
+	}
+}
+
+// A warden upgraded in place finds the sessions map of the layout before
+// conversations (16-byte values) pinned: its sessions come back as such.
+func TestSessionsOfTheEarlierLayoutSurviveTheUpgrade(t *testing.T) {
+	if !inNetNS(t) {
+		return
+	}
+	s := mustState(t)
+	dir := s.Dir()
+	s.Close()
+	path := filepath.Join(dir, bpf.LmwardenMapLmwSessions)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: oldSessionSize, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := make([]byte, oldSessionSize)
+	nativeEndian.PutUint32(v[0:], 3)
+	nativeEndian.PutUint32(v[4:], 1)
+	nativeEndian.PutUint64(v[8:], 12345)
+	if err := old.Put(uint64(0xfeedbeef), v); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	s2, err := Load(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, ok, err := s2.LookupSession(0xfeedbeef)
+	if err != nil || !ok {
+		t.Fatalf("the earlier layout's session is gone: ok=%v err=%v", ok, err)
+	}
+	want := Session{Replica: 3, Model: 1, LastSeenNs: 12345, Kind: uint32(bpf.LmwardenConversationKindCONV_SESSION)}
+	if got != want {
+		t.Errorf("migrated %+v, want %+v", got, want)
 	}
 }

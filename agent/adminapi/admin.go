@@ -31,8 +31,15 @@ type PolicyRequest struct {
 // SessionInfo is one live session as the admin API shows it: the keyed hash
 // only, never the raw id.
 type SessionInfo struct {
-	Model    string    `json:"model"`
-	Hash     string    `json:"hash"` // 16 hex digits
+	Model string `json:"model"`
+	Hash  string `json:"hash"` // 16 hex digits
+	// Kind is what keys the conversation: session (a session header),
+	// subagent (a session and an agent header), body (the body's stable
+	// start, no session header).
+	Kind string `json:"kind,omitempty"`
+	// Parent is the hash of the conversation a subagent belongs under
+	// (its session's main conversation, or the agent that started it).
+	Parent   string    `json:"parent,omitempty"`
 	Replica  int       `json:"replica"`
 	LastSeen time.Time `json:"last_seen"`
 	Turns    uint32    `json:"turns"`

@@ -32,8 +32,15 @@ type ModelStatus struct {
 	RetryFailed     uint64            `json:"retry_failed"`
 	SessionsExpired uint64            `json:"sessions_expired"`
 	Requests        map[string]uint64 `json:"requests"` // by placement kind
-	Replicas        []ReplicaStatus   `json:"replicas"`
-	Cost            *CostStatus       `json:"cost,omitempty"` // policy cost only (status_cost.go)
+	// ConversationRequests counts requests by what keyed their
+	// conversation: session, subagent, body (no session header, the
+	// body's start), none (nothing: placed by load).
+	ConversationRequests map[string]uint64 `json:"conversation_requests"`
+	// Conversations counts the conversations in the table by kind
+	// (session, subagent, body).
+	Conversations map[string]int  `json:"conversations"`
+	Replicas      []ReplicaStatus `json:"replicas"`
+	Cost          *CostStatus     `json:"cost,omitempty"` // policy cost only (status_cost.go)
 	// Answered counts the error responses the warden answered itself, by
 	// status code (400, 408, 431, 502, 503, 504, 505).
 	Answered map[string]uint64 `json:"answered"`

@@ -44,6 +44,11 @@ const (
 // the order they are tried: Claude Code's, then the generic one.
 var DefaultSessionHeaders = []string{"X-Claude-Code-Session-Id", "X-Session-Id"}
 
+// DefaultAgentHeaders are the request headers that name an agent within a
+// session (a Claude Code subagent), in the order they are tried: the
+// session and the agent together are one conversation.
+var DefaultAgentHeaders = []string{"X-Claude-Code-Agent-Id"}
+
 // Config is the whole daemon configuration (lmwarden.yaml).
 type Config struct {
 	// Listen is the frontend of models that name none (and what --listen
@@ -122,8 +127,16 @@ type ModelConfig struct {
 	Affinity       bool           `yaml:"affinity"`
 	SpillThreshold SpillThreshold `yaml:"spill_threshold"`
 	SessionHeaders []string       `yaml:"session_headers"`
-	SessionTTL     time.Duration  `yaml:"session_ttl"`
-	Policy         Policy         `yaml:"policy"`
+	// AgentHeaders name the agent within a session: a request that
+	// carries one is a conversation of its own (a subagent's), keyed by
+	// the session and the agent. An empty list keys on the session alone.
+	AgentHeaders []string `yaml:"agent_headers"`
+	// BodyKey: a request without a session header is keyed by its body's
+	// stable start (the first system block and first user message, from
+	// the bytes that came with its head), hashed like a session id.
+	BodyKey    bool          `yaml:"body_key"`
+	SessionTTL time.Duration `yaml:"session_ttl"`
+	Policy     Policy        `yaml:"policy"`
 	// VLLMLBStats is the stats mode of the vllm-lb emulation: fresh, stale, none.
 	VLLMLBStats string `yaml:"vllm_lb_stats"`
 	// Admission is policy cost's cache-capacity admission (agent/placement/admission.go).
@@ -204,6 +217,8 @@ func (mc *ModelConfig) setDefaults() {
 		Affinity:       true,
 		SpillThreshold: SpillThreshold{N: DefaultSpillThreshold},
 		SessionHeaders: append([]string(nil), DefaultSessionHeaders...),
+		AgentHeaders:   append([]string(nil), DefaultAgentHeaders...),
+		BodyKey:        true,
 		SessionTTL:     DefaultSessionTTL,
 		Policy:         DefaultPolicy,
 		VLLMLBStats:    DefaultVLLMLBStatsMode,
@@ -463,6 +478,11 @@ func (mc *ModelConfig) check(at string, p *problems) {
 	for j, h := range mc.SessionHeaders {
 		if !validHeaderName(h) {
 			bad(fmt.Sprintf("session_headers[%d]", j), "%q is not a header name", h)
+		}
+	}
+	for j, h := range mc.AgentHeaders {
+		if !validHeaderName(h) {
+			bad(fmt.Sprintf("agent_headers[%d]", j), "%q is not a header name", h)
 		}
 	}
 	if mc.SessionTTL <= 0 {

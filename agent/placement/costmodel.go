@@ -429,3 +429,11 @@ func (m *Model) CostEstimates() CostEstimates {
 	}
 	return e
 }
+
+// peerForgetContext says that conversation h's context starts over:
+// nothing of its history is cached anywhere (the shared prefix aside).
+func (m *Model) peerForgetContext(h uint64) {
+	if s := m.peer.sessions[h]; s != nil {
+		s.ctx = 0
+	}
+}

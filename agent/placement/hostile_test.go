@@ -160,7 +160,7 @@ func TestSessionTableLRUMatchesAReference(t *testing.T) {
 			if i := tab.find(h); i >= 0 {
 				tab.turn(i, int64(step))
 			} else {
-				tab.turn(tab.insert(h, rng.IntN(2), int64(step)), int64(step))
+				tab.turn(tab.insert(conversation{key: h, kind: ConvSession}, rng.IntN(2), int64(step)), int64(step))
 			}
 		case 2:
 			if i := tab.find(h); i >= 0 {

@@ -34,11 +34,17 @@ const (
 	// KindRepinned: a known session whose replica became unhealthy, placed
 	// again on the least-loaded replica and pinned there.
 	KindRepinned
+	// KindFresh: a known conversation whose prompt starts over (the client
+	// said its context was compacted, or a prompt under half the size of
+	// the conversation's last): nothing of it is cached anywhere but the
+	// shared prefix, so it goes to the least-loaded replica
+	// (conversation.go, "Contexts that start over").
+	KindFresh
 
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"new", "sticky", "spilled", "client_pinned", "unaffined", "balanced", "repinned"}
+var kindNames = [NumKinds]string{"new", "sticky", "spilled", "client_pinned", "unaffined", "balanced", "repinned", "fresh"}
 
 // String is the name used in metrics labels and JSON.
 func (k PlacementKind) String() string {
@@ -54,6 +60,22 @@ type Request struct {
 	// SessionID is the raw id from the first session header present; it is
 	// hashed inside Place and never stored. "" when there is none.
 	SessionID string
+	// AgentID is the raw id from the first agent header present (a Claude
+	// Code subagent): with SessionID it keys a conversation of its own.
+	// Hashed, never stored.
+	AgentID string
+	// ParentAgentID names the agent that started AgentID's (Claude Code's
+	// x-claude-code-parent-agent-id); "" when the session's main
+	// conversation did. It only says where the conversation belongs.
+	ParentAgentID string
+	// ContextCompacted: the client says the conversation's context was
+	// compacted (Claude Code's x-claude-code-context-compacted): the prompt
+	// starts over from a summary.
+	ContextCompacted bool
+	// BodyStart is the stable start of the body (l7/bodykey) of a request
+	// without a session id; it keys the conversation when the model's
+	// body_key is on. Hashed, never stored.
+	BodyStart []byte
 	// PinnedHeader is the value of X-data-parallel-rank or X-Warden-Replica
 	// when the client sent one, else "".
 	PinnedHeader string
@@ -161,8 +183,10 @@ type Model struct {
 	policy      config.Policy
 	sessions    *sessionTable
 
-	inFlight    int
-	unaffined   uint64
+	inFlight  int
+	unaffined uint64
+	// keyed counts requests by what identified their conversation.
+	keyed       [NumConversationKinds]uint64
 	invalidPins uint64
 	// untrustedPins: pins from a client outside pin_sources, ignored.
 	untrustedPins uint64
@@ -170,11 +194,15 @@ type Model struct {
 	// placingBodyPending is the request being placed's BodyPending, for
 	// commit (set under mu for the duration of Place).
 	placingBodyPending bool
-	noHealthy          uint64
-	retryFailed        uint64
-	vllmDecided        uint64 // affinity off, one endpoint: no replica of ours chosen
-	stayed             uint64 // known session, same replica as its pin
-	moved              uint64 // known session, another replica
+	// placing and placingBytes are the conversation and body size of the
+	// request being placed, for commit (conversation.go).
+	placing      conversation
+	placingBytes int64
+	noHealthy    uint64
+	retryFailed  uint64
+	vllmDecided  uint64 // affinity off, one endpoint: no replica of ours chosen
+	stayed       uint64 // known session, same replica as its pin
+	moved        uint64 // known session, another replica
 
 	// mean prompt size in tokens (EWMA of PromptBytes/4), for auto spill.
 	meanPromptTokens float64
@@ -279,7 +307,11 @@ func (m *Model) Name() string { return m.cfg.Name }
 func (m *Model) Frontend() string { return m.cfg.Frontend }
 
 // SessionHeaders are the headers that carry a session id, in order.
-func (m *Model) SessionHeaders() []string { return m.cfg.SessionHeaders }
+func (m *Model) SessionHeaders() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.SessionHeaders
+}
 
 // OneEndpoint reports the one-endpoint deployment shape (rank header).
 func (m *Model) OneEndpoint() bool { return m.oneEndpoint }

@@ -139,14 +139,24 @@ func (m *Model) Place(r Request) (Placement, error) {
 			m.meanPromptTokens += (tokens - m.meanPromptTokens) / 16
 		}
 	}
-	var h uint64
+	conv := m.conversationOf(r)
+	m.keyed[conv.kind]++
+	h := conv.key
 	pos := -1
-	if r.SessionID != "" {
-		h = m.hasher.Hash(r.SessionID)
+	if h != 0 {
 		pos = m.sessions.lookup(h, now)
 	} else {
-		m.unaffined++ // whatever decides, a request without a session id is unaffined
+		m.unaffined++ // whatever decides, a request without a conversation key is unaffined
 	}
+	if pos >= 0 {
+		conv.change, conv.side = m.sessions.contextOf(pos, r)
+		if conv.change == freshContext {
+			m.peerForgetContext(h)
+		}
+	}
+	m.placing = conv
+	m.placingBytes = r.PromptBytes
+	defer func() { m.placing = conversation{} }()
 
 	if r.PinnedHeader != "" && !m.pinTrusted(r.Source) {
 		m.untrustedPins++
@@ -155,7 +165,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 			if pos >= 0 {
 				m.countStay(pos, i)
 			} else if h != 0 {
-				pos = m.sessions.insert(h, i, now)
+				pos = m.sessions.insert(conv, i, now)
 			}
 			return m.commit(i, KindClientPinned, h, pos, now), nil
 		}
@@ -180,12 +190,12 @@ func (m *Model) Place(r Request) (Placement, error) {
 		}
 		impl = m.impls[config.PolicyVLLMLB]
 	} else if m.activePlacer != nil {
-		return m.activePlacer.place(m, h, pos, now), nil
+		return m.activePlacer.place(m, conv, pos, now), nil
 	}
 	i := impl.pick(m, h, r)
 	if h != 0 {
 		if pos < 0 {
-			pos = m.sessions.insert(h, i, now)
+			pos = m.sessions.insert(conv, i, now)
 		} else {
 			m.countStay(pos, i)
 			m.sessions.repin(pos, i)
@@ -209,6 +219,9 @@ func (m *Model) countStay(pos, i int) {
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
 		m.sessions.turn(pos, now)
+		if m.placing.key == h {
+			m.sessions.noteContext(pos, m.placing.change, m.placingBytes, i)
+		}
 	}
 	r := &m.reps[i]
 	if m.placingBodyPending {

@@ -293,8 +293,8 @@ type recordingSink struct {
 	deletes int
 }
 
-func (s *recordingSink) Upsert(h uint64, replica int) { s.entries[h] = replica }
-func (s *recordingSink) Delete(h uint64)              { delete(s.entries, h); s.deletes++ }
+func (s *recordingSink) Upsert(h uint64, replica int, _ uint64, _ uint8) { s.entries[h] = replica }
+func (s *recordingSink) Delete(h uint64)                                 { delete(s.entries, h); s.deletes++ }
 
 func TestSessionSinkMirrorsPinsRepinsAndExpiry(t *testing.T) {
 	sink := &recordingSink{entries: map[uint64]int{}}

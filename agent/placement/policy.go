@@ -28,8 +28,9 @@ type policy interface {
 type sessionPlacer interface {
 	policy
 	// place chooses and commits (m.commit) the replica for a request of
-	// session h (0: none) found at table position pos (-1: not there).
-	place(m *Model, h uint64, pos int, now int64) Placement
+	// conversation c (c.key 0: none) found at table position pos (-1:
+	// not there).
+	place(m *Model, c conversation, pos int, now int64) Placement
 }
 
 // replicaObserver is a policy that learns from every poll of every

@@ -5,7 +5,9 @@ package placement
 // to the pinned replica unless that one has reached the spill threshold
 // (then the least-loaded other replica, counted spilled, the pin stays) or
 // is unhealthy (placed again and repinned); a request without a session id
-// goes to the least-loaded replica and pins nothing.
+// goes to the least-loaded replica and pins nothing. A known conversation
+// whose prompt starts over goes by load (conversation.go, "Contexts that
+// start over").
 
 type stickyPolicy struct{}
 
@@ -14,14 +16,23 @@ func newStickyPolicy(*Model, ModelOptions) policy { return stickyPolicy{} }
 // pick is the choice without a session: the least-loaded replica.
 func (stickyPolicy) pick(m *Model, _ uint64, _ Request) int { return m.leastLoaded(-1) }
 
-func (stickyPolicy) place(m *Model, h uint64, pos int, now int64) Placement {
+func (stickyPolicy) place(m *Model, c conversation, pos int, now int64) Placement {
+	h := c.key
 	switch {
 	case h == 0:
 		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now)
 	case pos < 0:
 		i := m.leastLoaded(-1)
-		pos = m.sessions.insert(h, i, now)
+		pos = m.sessions.insert(c, i, now)
 		return m.commit(i, KindNew, h, pos, now)
+	}
+	switch c.change {
+	case sideContext: // nothing of it is cached here: by load, the pin kept
+		return m.commit(m.leastLoaded(-1), KindFresh, h, pos, now)
+	case freshContext: // the conversation moves with its new context
+		i := m.freshReplica(c.side)
+		m.sessions.repin(pos, i)
+		return m.commit(i, KindFresh, h, pos, now)
 	}
 	pinned := int(m.sessions.slots[pos].replica)
 	if !m.reps[pinned].healthy {

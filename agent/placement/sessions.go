@@ -8,25 +8,36 @@ import (
 )
 
 // SessionSink mirrors the session table elsewhere, e.g. into the pinned BPF
-// map `sessions` of the kernel data path. Upsert is called when a session is
-// pinned or moves to another replica, Delete when it expires or is dropped.
-// Both run under the model's lock on the placement path: they must be quick
-// and must not call back into the Model. A nil sink is fine.
+// map `sessions` of the kernel data path. Upsert is called when a
+// conversation is pinned or moves to another replica (with the key of the
+// conversation it belongs under, 0 for none, and its ConversationKind),
+// Delete when it expires or is dropped. Both run under the model's lock on
+// the placement path: they must be quick and must not call back into the
+// Model. A nil sink is fine.
 type SessionSink interface {
-	Upsert(hash uint64, replica int)
+	Upsert(hash uint64, replica int, parent uint64, kind uint8)
 	Delete(hash uint64)
 }
 
-// sessionEntry is one conversation: 32 bytes, inline in its slot of the
+// sessionEntry is one conversation: 48 bytes, inline in its slot of the
 // index, linked into its segment of the recency order (lru).
 type sessionEntry struct {
 	hash       uint64
-	lastSeen   int64 // unix nanoseconds of the last request (placement or end)
-	prev, next int32 // neighbours in its segment's recency list (-1: none)
+	parent     uint64 // the conversation it belongs under (a subagent's parent), 0: none
+	lastSeen   int64  // unix nanoseconds of the last request (placement or end)
+	prev, next int32  // neighbours in its segment's recency list (-1: none)
 	turns      uint32
-	replica    int16 // pinned replica
-	active     bool  // counted in active[replica]
-	protected  bool  // in the protected segment (a second turn came)
+	// lastBytes is the body size of the conversation's latest request
+	// that carried its context (not a side request: conversation.go).
+	lastBytes uint32
+	replica   int16 // pinned replica
+	// side is 1 + the replica a smaller prompt of the conversation went
+	// to (0: none), until its next request says whether that prompt
+	// started the context over.
+	side      uint16
+	active    bool // counted in active[replica]
+	protected bool // in the protected segment (a second turn came)
+	kind      ConversationKind
 }
 
 // ActiveWindow: a session with a request (start or end) within this time is
@@ -69,6 +80,7 @@ type sessionTable struct {
 	max     int // 0: unbounded
 	sink    SessionSink
 	pinned  []int // live sessions per replica
+	kinds   [NumConversationKinds]int
 	active  []int // active sessions per replica (ActiveWindow)
 	expired uint64
 	evicted uint64
@@ -204,26 +216,32 @@ func (t *sessionTable) lookup(h uint64, now int64) int {
 	return i
 }
 
-// insert adds a session pinned to replica; h (non-zero) must not be
-// present. At the bound, the least recently used session of the
+// insert adds conversation c pinned to replica; c.key (non-zero) must
+// not be present. At the bound, the least recently used session of the
 // probation segment (else of the protected one) makes room. It returns
 // the entry's slot (slots move when the table grows or an entry goes).
-func (t *sessionTable) insert(h uint64, replica int, now int64) int {
+func (t *sessionTable) insert(c conversation, replica int, now int64) int {
 	if t.max > 0 && t.count >= t.max {
 		t.evict()
 	}
 	if 4*(t.count+1) > 3*len(t.slots) {
 		t.grow()
 	}
-	i := t.place(sessionEntry{hash: h, lastSeen: now, replica: int16(replica), active: true})
+	i := t.place(sessionEntry{hash: c.key, parent: c.parent, kind: c.kind, lastSeen: now, replica: int16(replica), active: true})
 	t.linkTail(i)
 	t.count++
+	t.kinds[c.kind]++
 	t.pinned[replica]++
 	t.active[replica]++
-	if t.sink != nil {
-		t.sink.Upsert(h, replica)
-	}
+	t.mirror(i)
 	return i
+}
+
+// mirror writes the entry in slot i to the sink.
+func (t *sessionTable) mirror(i int) {
+	if e := &t.slots[i]; t.sink != nil {
+		t.sink.Upsert(e.hash, int(e.replica), e.parent, uint8(e.kind))
+	}
 }
 
 // evict removes the least recently used session (lmwarden_sessions_evicted_total).
@@ -285,9 +303,7 @@ func (t *sessionTable) repin(i, replica int) {
 		t.active[replica]++
 	}
 	e.replica = int16(replica)
-	if t.sink != nil {
-		t.sink.Upsert(e.hash, replica)
-	}
+	t.mirror(i)
 }
 
 // touch records activity of the session in slot i (it becomes the most
@@ -340,6 +356,7 @@ func (t *sessionTable) remove(i int) {
 	t.unlink(i)
 	e := t.slots[i]
 	t.count--
+	t.kinds[e.kind]--
 	t.pinned[e.replica]--
 	if e.active {
 		t.active[e.replica]--
@@ -399,14 +416,19 @@ func (t *sessionTable) snapshot(model string, now int64, limit int) []adminapi.S
 		if now-e.lastSeen > t.ttl {
 			continue
 		}
-		out = append(out, adminapi.SessionInfo{
+		info := adminapi.SessionInfo{
 			Model:    model,
 			Hash:     fmt.Sprintf("%016x", e.hash),
+			Kind:     e.kind.String(),
 			Replica:  int(e.replica),
 			LastSeen: time.Unix(0, e.lastSeen).UTC(),
 			Turns:    e.turns,
 			Active:   e.active,
-		})
+		}
+		if e.parent != 0 {
+			info.Parent = fmt.Sprintf("%016x", e.parent)
+		}
+		out = append(out, info)
 	}
 	return out
 }

@@ -45,7 +45,7 @@ func TestSessionTableAgreesWithAMap(t *testing.T) {
 				continue
 			}
 			r := rng.IntN(4)
-			tab.insert(h, r, 0)
+			tab.insert(conversation{key: h, kind: ConvSession}, r, 0)
 			ref[h] = r
 			keys = append(keys, h)
 		case op < 9 && len(keys) > 0:

@@ -13,27 +13,35 @@ func (m *Model) Status() adminapi.ModelStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := adminapi.ModelStatus{
-		Name:            m.cfg.Name,
-		Frontend:        m.cfg.Frontend,
-		Shape:           "replicas",
-		Affinity:        m.affinity,
-		Policy:          string(m.policy),
-		Effective:       string(m.policy),
-		SpillAuto:       m.cfg.SpillThreshold.Auto,
-		InFlight:        m.inFlight,
-		Sessions:        m.sessions.len(),
-		ActiveSessions:  m.sessions.live(),
-		MaxSessions:     m.sessions.max,
-		SessionsEvicted: m.sessions.evicted,
-		UntrustedPins:   m.untrustedPins,
-		Stayed:          m.stayed,
-		Moved:           m.moved,
-		Unaffined:       m.unaffined,
-		InvalidPins:     m.invalidPins,
-		NoHealthy:       m.noHealthy,
-		RetryFailed:     m.retryFailed,
-		SessionsExpired: m.sessions.expired,
-		Requests:        map[string]uint64{},
+		Name:                 m.cfg.Name,
+		Frontend:             m.cfg.Frontend,
+		Shape:                "replicas",
+		Affinity:             m.affinity,
+		Policy:               string(m.policy),
+		Effective:            string(m.policy),
+		SpillAuto:            m.cfg.SpillThreshold.Auto,
+		InFlight:             m.inFlight,
+		Sessions:             m.sessions.len(),
+		ActiveSessions:       m.sessions.live(),
+		MaxSessions:          m.sessions.max,
+		SessionsEvicted:      m.sessions.evicted,
+		UntrustedPins:        m.untrustedPins,
+		Stayed:               m.stayed,
+		Moved:                m.moved,
+		Unaffined:            m.unaffined,
+		InvalidPins:          m.invalidPins,
+		NoHealthy:            m.noHealthy,
+		RetryFailed:          m.retryFailed,
+		SessionsExpired:      m.sessions.expired,
+		Requests:             map[string]uint64{},
+		ConversationRequests: make(map[string]uint64, NumConversationKinds),
+		Conversations:        make(map[string]int, NumConversationKinds-1),
+	}
+	for k := range NumConversationKinds {
+		s.ConversationRequests[k.String()] = m.keyed[k]
+		if k != ConvNone {
+			s.Conversations[k.String()] = m.sessions.kinds[k]
+		}
 	}
 	if m.oneEndpoint {
 		s.Shape = "endpoint"

@@ -89,6 +89,9 @@
           } : null,
           answered: m.answered || {},
           sessions: num(m.sessions),
+          conversations: m.conversations || null,
+          // requests by what keyed their conversation (session, subagent, body, none)
+          keyed: m.conversation_requests || null,
           replicas: (m.replicas || []).map((r, i) => ({
             index: num(r.index) ?? i,
             addr: r.url || r.addr || '',
@@ -181,6 +184,24 @@
   function placeAt(parent, node, i) {
     const at = parent.children[i];
     if (at !== node) parent.insertBefore(node, at || null);
+  }
+
+  // conversationsText says what the live sessions are: main conversations,
+  // subagents' own, and conversations keyed by the body's start.
+  function conversationsText(c) {
+    if (!c) return '';
+    const parts = [];
+    if (c.subagent) parts.push(fmt.int(c.subagent) + ' subagent' + (c.subagent === 1 ? '' : 's'));
+    if (c.body) parts.push(fmt.int(c.body) + ' by body');
+    return parts.length ? ' (' + fmt.int(c.session || 0) + ' main, ' + parts.join(', ') + ')' : '';
+  }
+
+  // noHeaderShare is the share of requests that came without any session
+  // header (keyed by the body's start, or not keyed at all); null before any.
+  function noHeaderShare(k) {
+    if (!k) return null;
+    const all = Object.values(k).reduce((a, b) => a + b, 0);
+    return all > 0 ? ((k.body || 0) + (k.none || 0)) / all : null;
   }
 
   function setText(node, text) {
@@ -301,7 +322,9 @@
     const sub = [];
     if (m.frontend) sub.push('frontend ' + m.frontend);
     if (m.policy) sub.push('placement: ' + m.policy);
-    if (m.sessions != null) sub.push(fmt.int(m.sessions) + ' live session' + (m.sessions === 1 ? '' : 's'));
+    if (m.sessions != null) sub.push(fmt.int(m.sessions) + ' live session' + (m.sessions === 1 ? '' : 's') + conversationsText(m.conversations));
+    const noHeader = noHeaderShare(m.keyed);
+    if (noHeader != null) sub.push(fmt.pct(noHeader) + ' of requests without a session header');
     setText(card.sub, sub.join(' · '));
 
     while (card.rows.length < m.replicas.length) {

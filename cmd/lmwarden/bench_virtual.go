@@ -46,6 +46,8 @@ func (f *benchFlags) runVirtual(ctx context.Context, plan benchPlan, tracer benc
 		MaxContext:      f.maxContext,
 		Replay:          plan.replay,
 		NoSessionHeader: !f.sessionHeader,
+		NoAgentKey:      !f.agentKey,
+		NoBodyKey:       !f.bodyKey,
 		SpillThreshold:  spill,
 	})
 }

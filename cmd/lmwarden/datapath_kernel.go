@@ -120,7 +120,7 @@ func (k *kernelDatapath) restoreSessions(w *agent.Warden, now time.Time) (int, e
 	n := 0
 	err := k.st.Sessions(func(h uint64, v maps.Session) bool {
 		i := int(v.Model)
-		if i < len(models) && models[i].RestoreSession(h, int(v.Replica), time.Unix(0, int64(v.LastSeenNs)), now) {
+		if i < len(models) && models[i].RestoreConversation(h, int(v.Replica), v.Parent, uint8(v.Kind), time.Unix(0, int64(v.LastSeenNs)), now) {
 			n++
 		}
 		return true

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 )
 
 func init() {
-	register("sessions", "list live sessions (keyed hashes only) from a running warden", func(args []string) error {
+	register("sessions", "list live conversations (keyed hashes only), subagents under their sessions, from a running warden", func(args []string) error {
 		return runSessions(args, os.Stdout)
 	})
 }
@@ -76,18 +77,80 @@ func sessionsFromAdmin(f sessionsFlags) (adminapi.SessionsResponse, error) {
 	return resp, err
 }
 
-// printSessions writes one aligned row per session and a count line.
+// printSessions writes one aligned row per conversation, each subagent
+// under the conversation it belongs under (indented), and a count line.
 func printSessions(out io.Writer, resp adminapi.SessionsResponse, now time.Time) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tSESSION-HASH\tREPLICA\tTURNS\tLAST-SEEN\tIDLE")
-	for _, s := range resp.Sessions {
+	fmt.Fprintln(tw, "MODEL\tSESSION-HASH\tKIND\tREPLICA\tTURNS\tLAST-SEEN\tIDLE")
+	kinds := map[string]int{}
+	for _, r := range conversationTree(resp.Sessions) {
+		s := r.info
+		kinds[s.Kind]++
 		idle := now.Sub(s.LastSeen).Truncate(time.Second)
 		if idle < 0 {
 			idle = 0
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Model, s.Hash, s.Replica, s.Turns,
+		hash := strings.Repeat("  ", r.depth) + s.Hash
+		if r.depth > 0 {
+			hash = strings.Repeat("  ", r.depth-1) + "└ " + s.Hash
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Model, hash, orDash(s.Kind), s.Replica, s.Turns,
 			s.LastSeen.Local().Format(time.DateTime), idle)
 	}
 	tw.Flush()
-	fmt.Fprintf(out, "%d of %d live sessions\n", len(resp.Sessions), resp.Total)
+	fmt.Fprintf(out, "%d of %d live sessions (conversations: %d main, %d subagents, %d keyed by the body)\n",
+		len(resp.Sessions), resp.Total, kinds["session"]+kinds[""], kinds["subagent"], kinds["body"])
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// treeRow is a conversation and how deep it sits under others.
+type treeRow struct {
+	info  adminapi.SessionInfo
+	depth int
+}
+
+// conversationTree orders conversations so that each is followed by the
+// ones that belong under it (a session's subagents, an agent's own
+// subagents), in their given order otherwise; a subagent whose parent is
+// not listed (expired, or past the limit) stands on its own.
+func conversationTree(list []adminapi.SessionInfo) []treeRow {
+	listed := map[string]bool{}
+	children := map[string][]int{}
+	for _, s := range list {
+		listed[s.Model+"/"+s.Hash] = true
+	}
+	var roots []int
+	for i, s := range list {
+		if p := s.Model + "/" + s.Parent; s.Parent != "" && listed[p] && s.Parent != s.Hash {
+			children[p] = append(children[p], i)
+		} else {
+			roots = append(roots, i)
+		}
+	}
+	out := make([]treeRow, 0, len(list))
+	seen := make([]bool, len(list))
+	var walk func(i, depth int)
+	walk = func(i, depth int) {
+		if seen[i] {
+			return
+		}
+		seen[i] = true
+		out = append(out, treeRow{list[i], depth})
+		for _, c := range children[list[i].Model+"/"+list[i].Hash] {
+			walk(c, depth+1)
+		}
+	}
+	for _, i := range roots {
+		walk(i, 0)
+	}
+	for i := range list { // a cycle of parents: each on its own
+		walk(i, 0)
+	}
+	return out
 }

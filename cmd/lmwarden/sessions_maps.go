@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -16,10 +17,14 @@ import (
 func sessionsFromMaps(dir string, limit int) (adminapi.SessionsResponse, error) {
 	var out adminapi.SessionsResponse
 	err := maps.ReadSessions(dir, func(h uint64, v maps.Session) bool {
-		out.Sessions = append(out.Sessions, adminapi.SessionInfo{
+		info := adminapi.SessionInfo{
 			Model: fmt.Sprintf("#%d", v.Model), Hash: fmt.Sprintf("%016x", h), Replica: int(v.Replica),
-			LastSeen: time.Unix(0, int64(v.LastSeenNs)),
-		})
+			LastSeen: time.Unix(0, int64(v.LastSeenNs)), Kind: conversationKindName(v.Kind),
+		}
+		if v.Parent != 0 {
+			info.Parent = fmt.Sprintf("%016x", v.Parent)
+		}
+		out.Sessions = append(out.Sessions, info)
 		return true
 	})
 	if err != nil {
@@ -30,4 +35,13 @@ func sessionsFromMaps(dir string, limit int) (adminapi.SessionsResponse, error) 
 		out.Sessions = out.Sessions[:limit]
 	}
 	return out, nil
+}
+
+// conversationKindName is the name of a map entry's kind (the
+// placement's; 0, written before kinds: a session).
+func conversationKindName(k uint32) string {
+	if k == 0 || k >= uint32(placement.NumConversationKinds) {
+		return placement.ConvSession.String()
+	}
+	return placement.ConversationKind(k).String()
 }

@@ -15,6 +15,11 @@ import (
 type Conn struct {
 	*net.TCPConn
 	Pending []byte
+	// Peeked are bytes after a request head that a datapath saw without
+	// consuming them (the sk_skb datapath peeks the first head, and what
+	// came with it): the shim reads the body's start there, forwards
+	// nothing from it, and forgets it with the exchange.
+	Peeked  []byte
 	buf     []byte // backing store that Pending usually points into
 	release func() // runs once, after the socket closes (see DialFunc)
 	closed  sync.Once
