@@ -290,6 +290,9 @@ type flight struct {
 // sessions in a closed loop, or sessions arriving at step.PerMin a minute;
 // then aborts whatever is still in flight.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
+	if wl.Shape.claudeCode {
+		return w.runClaudeCode(ctx, wl, variant, step, arm)
+	}
 	a, err := w.openWindow(step, arm)
 	if err != nil {
 		return Result{}, err
@@ -308,6 +311,16 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		return Result{}, err
 	}
 	return a.close(w.cfg.Duration.Seconds(), l.sys), nil
+}
+
+// runClaudeCode plays a window of Claude Code sessions.
+func (w *virtualWorld) runClaudeCode(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
+	stats := &ccStats{}
+	plan := wl.ccFlows(step, ccOptions{seed: w.cfg.Seed, variant: variant, limit: w.cfg.MaxContext,
+		window: w.cfg.Warmup + w.cfg.Duration, noHeader: w.cfg.NoSessionHeader, tokens: true, stats: stats})
+	res, err := w.runFlows(ctx, plan, step, arm)
+	res.ClaudeCode = stats.report(w.cfg.MaxContext)
+	return res, err
 }
 
 var nanSec = math.NaN()

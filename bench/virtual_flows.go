@@ -49,7 +49,7 @@ func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, a
 	if plan.untilDone {
 		seconds = l.last.Sub(a.start).Seconds()
 	}
-	return a.close(seconds, 0), nil
+	return a.close(seconds, plan.sysTokens), nil
 }
 
 // offset is t as a flow's time: from the window's first start.
@@ -176,9 +176,9 @@ func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p agent.Placemen
 		}
 	}
 	next := f.Answered(s, ans, l.offset(at))
-	if s.Last {
-		w.live.end(s.Conv)
-		delete(l.convs[f], s.Conv)
+	for _, c := range f.Ended() {
+		w.live.end(c)
+		delete(l.convs[f], c)
 	}
 	l.schedule(f, next)
 }

@@ -14,6 +14,9 @@ type WorkloadShape struct {
 	// sizes instead of the six-turn generator (workload_long.go).
 	session func(w *Workload, i int, variant uint64) *Session
 	plan    func(w *Workload, i int) sessionPlan
+	// claudeCode: sessions are Claude Code's, with subagents
+	// (workload_claude.go), played as flows.
+	claudeCode bool
 }
 
 // The workloads `lmwarden bench --workload` knows.
@@ -29,14 +32,14 @@ var (
 		FollowUpTokens: 2000, FollowUpJitter: 100}
 )
 
-// ParseWorkload returns the named shape: agent, big or long.
+// ParseWorkload returns the named shape: agent, big, long or claude-code.
 func ParseWorkload(name string) (WorkloadShape, error) {
-	for _, s := range []WorkloadShape{DefaultShape, BigShape, LongShape} {
+	for _, s := range []WorkloadShape{DefaultShape, BigShape, LongShape, ClaudeCodeShape} {
 		if s.Name == name {
 			return s, nil
 		}
 	}
-	return WorkloadShape{}, fmt.Errorf("%w: workload %q (want agent, big or long)", ErrBadConfig, name)
+	return WorkloadShape{}, fmt.Errorf("%w: workload %q (want agent, big, long or claude-code)", ErrBadConfig, name)
 }
 
 // NewWorkloadShape is NewWorkload with another shape (zero: the default).

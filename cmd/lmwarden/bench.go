@@ -61,6 +61,7 @@ type benchFlags struct {
 	replayBlock                          int
 	replayFrom, replayUntil              time.Duration
 	sessionHeader                        bool
+	describe                             bool
 	set                                  map[string]bool // the flags given
 }
 
@@ -92,7 +93,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
 	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
 	fs.Float64Var(&f.admissionQuantum, "admission-quantum", agent.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")
-	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4) or long (heavy-tailed turns with tool results, compacting near the model's context)")
+	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4), long (heavy-tailed turns with tool results, compacting near the model's context) or claude-code (Claude Code's published shape: ~25K to start, hundreds of turns, subagent groups; needs a context of 64K or more, e.g. --profile h200-qwen3-4b)")
+	fs.BoolVar(&f.describe, "describe", false, "--workload claude-code: print what the workload generates beside the published figures (2,000 sessions on paper, at --max-context or the profile's context) and exit")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 	fs.StringVar(&f.spillThreshold, "spill-threshold", "", "--virtual: the warden's spill threshold, requests in flight or auto (default: the warden's default, 8)")
@@ -116,6 +118,9 @@ func runBench(args []string) error {
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if f.describe {
+		return f.describeWorkload(os.Stdout)
+	}
 	plan, err := f.plan()
 	if err != nil {
 		return err
