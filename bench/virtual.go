@@ -160,6 +160,7 @@ type virtualWorld struct {
 	perSession float64
 	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID     uint64
+	net        clientPath // the clients' network (network.go)
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
@@ -181,7 +182,8 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
-	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model}
+	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model,
+		net: clientPath{rtt: cfg.Profile.ClientRTT}}
 	if err := w.setAdmission(); err != nil {
 		return nil, fmt.Errorf("bench: admission: %w", err)
 	}
@@ -297,7 +299,7 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	nextSession := 0
 	var startSession func(at time.Time)
 	var sendTurn func(c *Conversation, prev []uint32, reused int)
-	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
+	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p agent.Placement, err error)
 	// ended: a session finished or failed; a closed loop replaces it.
 	ended := func(at time.Time) {
 		if !step.Open() {
@@ -325,11 +327,20 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 			rec.tasks.sessionStarted(c.Session.ID, since(sent))
 		}
 		w.live.set(c.Session.ID, len(prompt))
-		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, req.Messages), Now: sent}, c.Turn,
-			func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, p, err) })
+		body := bodyBytes(wl.System, req.Messages)
+		// the request reaches the front end (the warden, or vLLM's API
+		// servers) once the connection is up and the body is across
+		w.v.At(sent.Add(w.net.upload(body)), func() {
+			if !open {
+				return
+			}
+			arrived := w.v.Now()
+			w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: body, Now: arrived}, c.Turn,
+				func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, arrived, p, err) })
+		})
 	}
-	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
-		parked := w.v.Now().Sub(sent).Seconds()
+	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p agent.Placement, err error) {
+		parked := w.v.Now().Sub(arrived).Seconds()
 		if parked > 0 {
 			rec.tasks.parkedFor(parked, false)
 		}
@@ -347,11 +358,12 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		inFlight[id] = flight{replica: p.Replica, place: p}
 		w.v.Submit(p.Replica, &sim.Request{
 			ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
-			OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
-			OnDone: func(at time.Time, r sim.Result) {
+			OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
+			OnDone: func(served time.Time, r sim.Result) {
 				delete(inFlight, id)
-				w.model.Done(p, at)
+				w.model.Done(p, served)
 				w.wakeParked()
+				at := served.Add(w.net.down()) // the last token at the client
 				if !open {
 					rec.cut++
 					if w.cfg.Trace != nil && rec == window {

@@ -76,7 +76,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
 	f.overrides.registerOverrides(fs)
 	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
-	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.StringVar(&f.lbStats, "lb-stats", "", "stats mode of vLLM's balancer in the off arm: fresh, stale or none (default: the profile's with --virtual, as its vLLM version behaves; else fresh)")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
 	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
@@ -181,6 +181,9 @@ func runBench(args []string) error {
 		admission, err := admissionFor(f.admission, f.admissionTimeout, f.admissionFill, f.admissionQuantum)
 		if err != nil {
 			return err
+		}
+		if !set["lb-stats"] {
+			lb = p.LBStats()
 		}
 		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
 			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms,
