@@ -106,6 +106,9 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 			cfg.Progress.End(summary(res))
 		}
 	}
+	if shared != nil && shared.loop != nil {
+		shared.loop.stop()
+	}
 	cfg.Progress.Finish()
 	rep.WallSeconds = time.Since(wall).Seconds()
 	return rep, nil
@@ -160,7 +163,8 @@ type virtualWorld struct {
 	perSession float64
 	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID     uint64
-	net        clientPath // the clients' network (network.go)
+	net        clientPath  // the clients' network (network.go)
+	loop       *sessionRun // the sessions going on (virtual_sessions.go)
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
@@ -257,29 +261,40 @@ type flight struct {
 }
 
 // runArm plays one window for the configured duration: step.Sessions
-// sessions in a closed loop, or sessions arriving at step.PerMin a minute;
-// then aborts whatever is still in flight.
+// sessions in a closed loop, or sessions arriving at step.PerMin a minute.
+// A closed loop on shared replicas goes on from the last window's sessions
+// (sessionRun); otherwise the window starts from drained replicas and
+// aborts whatever is still in flight when it closes.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
 	w.model.SetAffinity(arm.Affinity)
 	if err := w.model.SetPolicy(arm.Policy); err != nil {
 		return Result{}, err
 	}
-	w.drain()
-	begin := w.v.Now()               // the sessions start here
+	carry := !step.Open() && !w.cfg.FreshReplicas
+	r := w.loop
+	if r == nil || !carry {
+		if r != nil {
+			r.stop()
+		}
+		w.drain()
+		w.live = liveSet{}
+		r = newSessionRun(w, wl, step.Open())
+		w.loop = r
+	}
+	begin := w.v.Now()               // the window's sessions start here
 	start := begin.Add(w.cfg.Warmup) // the measured window starts here
 	end := start.Add(w.cfg.Duration)
 	window := newRecorder(w.cfg.Replicas)
 	window.requestsPerSession = w.perSession
 	// During a warm-up the requests go to a recorder that is thrown away;
 	// the sessions' starts, kept in the tasks both share, stay.
-	rec := newRecorder(w.cfg.Replicas)
-	rec.tasks = window.tasks
-	w.live = liveSet{}
-	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
+	warm := newRecorder(w.cfg.Replicas)
+	warm.tasks = window.tasks
+	r.start, r.variant, r.rec = start, variant, warm
+	r.adopt(window.tasks)
 	var admitted agent.AdmissionStats
 	measure := func() {
-		rec = window
-		w.rec = window
+		r.rec, w.rec = window, window
 		admitted = w.model.AdmissionStatsAt(w.v.Now())
 		if w.cfg.Trace != nil {
 			w.cfg.Trace.Window(step, arm.Name, start)
@@ -292,124 +307,13 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 	} else {
 		measure()
 	}
-	sys := wl.SystemSectionTokens()
-
-	open := true
-	inFlight := map[uint64]flight{}
-	nextSession := 0
-	var startSession func(at time.Time)
-	var sendTurn func(c *Conversation, prev []uint32, reused int)
-	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p agent.Placement, err error)
-	// ended: a session finished or failed; a closed loop replaces it.
-	ended := func(at time.Time) {
-		if !step.Open() {
-			startSession(at)
-		}
-	}
-
-	startSession = func(at time.Time) {
-		c := NewConversation(wl.SessionVariant(nextSession, variant))
-		c.Limit = w.cfg.MaxContext
-		nextSession++
-		w.v.At(at.Add(c.Session.Pauses[0]), func() { sendTurn(c, nil, sys) })
-	}
-	sendTurn = func(c *Conversation, prev []uint32, reused int) {
-		if !open {
-			return
-		}
-		req := c.NextRequest()
-		prompt := nextPrompt(wl.System, prev, req.Messages)
-		if req.Fresh {
-			reused = sys // a fresh history shares only the system prompt
-		}
-		sent := w.v.Now()
-		if req.First {
-			rec.tasks.sessionStarted(c.Session.ID, since(sent))
-		}
-		w.live.set(c.Session.ID, len(prompt))
-		body := bodyBytes(wl.System, req.Messages)
-		// the request reaches the front end (the warden, or vLLM's API
-		// servers) once the connection is up and the body is across
-		w.v.At(sent.Add(w.net.upload(body)), func() {
-			if !open {
-				return
-			}
-			arrived := w.v.Now()
-			w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: body, Now: arrived}, c.Turn,
-				func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, arrived, p, err) })
-		})
-	}
-	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p agent.Placement, err error) {
-		parked := w.v.Now().Sub(arrived).Seconds()
-		if parked > 0 {
-			rec.tasks.parkedFor(parked, false)
-		}
-		if err != nil {
-			rec.failed("placement", false, err)
-			rec.tasks.sessionFailed(c.Session.ID)
-			w.live.end(c.Session.ID)
-			ended(w.v.Now())
-			return
-		}
-		rec.placed(c.Session.ID, p.Replica)
-		w.nextID++
-		id := w.nextID
-		ttft := nanSec
-		inFlight[id] = flight{replica: p.Replica, place: p}
-		w.v.Submit(p.Replica, &sim.Request{
-			ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
-			OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
-			OnDone: func(served time.Time, r sim.Result) {
-				delete(inFlight, id)
-				w.model.Done(p, served)
-				w.wakeParked()
-				at := served.Add(w.net.down()) // the last token at the client
-				if !open {
-					rec.cut++
-					if w.cfg.Trace != nil && rec == window {
-						w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, p, sent, ttft, at, parked))
-					}
-					return
-				}
-				if r.Err != nil {
-					rec.failed("replica: "+r.Err.Error(), false, r.Err)
-					rec.tasks.sessionFailed(c.Session.ID)
-					w.live.end(c.Session.ID)
-					ended(at)
-					return
-				}
-				w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
-				rec.answered(c.Session.ID, req.First, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
-				if w.cfg.Trace != nil && rec == window {
-					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
-						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
-						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Parked: parked})
-				}
-				if req.Compaction {
-					rec.compactions++
-				}
-				c.Answer(r.OutputText, r.PromptTokens, r.OutputTokens)
-				if c.Done() {
-					rec.completed++
-					rec.tasks.sessionFinished(c.Session.ID, since(at))
-					w.live.end(c.Session.ID)
-					ended(at)
-					return
-				}
-				next := len(prompt) + r.OutputTokens
-				w.v.At(at.Add(c.Session.Pauses[c.Turn]), func() { sendTurn(c, prompt, next) })
-			},
-		})
-	}
-
 	if step.Open() {
 		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
-			w.v.At(begin.Add(at), func() { startSession(w.v.Now()) })
+			w.v.At(begin.Add(at), func() { r.startSession(w.v.Now()) })
 		}
 	} else {
-		for slot := range step.Sessions {
-			w.v.At(begin.Add(wl.StartOffset(slot)), func() { startSession(w.v.Now()) })
-		}
+		r.target = step.Sessions
+		r.grow(begin)
 	}
 	const slice = 5 * time.Second
 	for t := begin; t.Before(end); {
@@ -421,13 +325,12 @@ func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64,
 		w.cfg.Progress.Update(t.Sub(begin).Seconds() / end.Sub(begin).Seconds())
 	}
 	w.observe() // the window's closing sample
-	open = false
-	w.cancelParked()
-	for id, f := range inFlight {
-		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
+	if !carry {
+		r.stop()
+		w.loop = nil
 	}
-	w.rec = nil
-	res := window.result(step, arm.Name, w.cfg.Duration.Seconds(), sys)
+	r.rec, w.rec = nil, nil
+	res := window.result(step, arm.Name, w.cfg.Duration.Seconds(), r.sys)
 	res.Admission = admissionCounts(admitted, w.model.AdmissionStatsAt(w.v.Now()))
 	return res, nil
 }
