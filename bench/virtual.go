@@ -7,12 +7,13 @@ import (
 	"math"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// VirtualConfig is a run on the virtual clock: the workload, agent.Model's
+// VirtualConfig is a run on the virtual clock: the workload, placement.Model's
 // placement and sim's replica engines in one goroutine, no sockets.
 type VirtualConfig struct {
 	Profile  sim.Profile
@@ -37,13 +38,21 @@ type VirtualConfig struct {
 	// Trace, if set, receives every poll and answered request (bench/trace.go).
 	Trace Tracer
 	// Admission, if its Mode is set, replaces the model's admission settings
-	// (agent.Model.SetAdmission; virtual_admission.go).
-	Admission agent.AdmissionConfig
+	// (placement.Model.SetAdmission; virtual_admission.go).
+	Admission config.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape
 	// MaxContext is the model's context in tokens, where sessions that
 	// compact do (zero: the profile's ContextLimit).
 	MaxContext int
+	// Replay, if set, replays a trace instead of generating sessions
+	// (replay.go; the steps are then its speeds).
+	Replay *ReplayConfig
+	// NoSessionHeader sends no session id, as a client without one.
+	NoSessionHeader bool
+	// SpillThreshold, if set (N or Auto), replaces the warden's default
+	// spill threshold (agent config spill_threshold).
+	SpillThreshold config.SpillThreshold
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -57,6 +66,9 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Replay != nil {
+		return runVirtualReplay(ctx, cfg)
 	}
 	if cfg.MaxContext <= 0 {
 		cfg.MaxContext = cfg.Profile.ContextLimit()
@@ -83,18 +95,12 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
-	var shared *virtualWorld
+	worlds := worldSource{cfg: cfg}
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
-			world := shared
-			if world == nil || cfg.FreshReplicas {
-				var err error
-				if world, err = newVirtualWorld(cfg); err != nil {
-					return nil, err
-				}
-				if !cfg.FreshReplicas {
-					shared = world
-				}
+			world, err := worlds.next()
+			if err != nil {
+				return nil, err
 			}
 			cfg.Progress.Begin(step, arm.Name)
 			world.perSession = perSession
@@ -106,12 +112,28 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 			cfg.Progress.End(summary(res))
 		}
 	}
-	if shared != nil && shared.loop != nil {
-		shared.loop.stop()
-	}
 	cfg.Progress.Finish()
 	rep.WallSeconds = time.Since(wall).Seconds()
 	return rep, nil
+}
+
+// worldSource hands each window its replicas and placement: new ones for
+// a policy comparison, else the one set the whole run shares.
+type worldSource struct {
+	cfg    VirtualConfig
+	shared *virtualWorld
+}
+
+func (s *worldSource) next() (*virtualWorld, error) {
+	if s.shared != nil && !s.cfg.FreshReplicas {
+		return s.shared, nil
+	}
+	world, err := newVirtualWorld(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.shared = world
+	return world, nil
 }
 
 // textVariant numbers the step-arm windows of a run (see SessionVariant).
@@ -126,8 +148,10 @@ func (cfg *VirtualConfig) check() error {
 		return fmt.Errorf("%w: replicas %d", ErrBadConfig, cfg.Replicas)
 	case len(cfg.Steps) == 0:
 		return fmt.Errorf("%w: no steps", ErrBadConfig)
-	case cfg.Duration <= 0:
+	case cfg.Duration <= 0 && cfg.Replay == nil:
 		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case cfg.Replay != nil && cfg.Warmup > 0:
+		return fmt.Errorf("%w: a replay has no warm-up (play an earlier slice of the trace instead)", ErrBadConfig)
 	case cfg.Warmup < 0:
 		return fmt.Errorf("%w: warm-up %v", ErrBadConfig, cfg.Warmup)
 	case len(cfg.Arms) == 0:
@@ -138,6 +162,9 @@ func (cfg *VirtualConfig) check() error {
 	for _, s := range cfg.Steps {
 		if s.CacheLoad <= 0 && !s.sized() {
 			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
+		}
+		if (s.ReplaySpeed > 0) != (cfg.Replay != nil) {
+			return fmt.Errorf("%w: step %s: a replay's steps are its speeds, and only a replay's", ErrBadConfig, s)
 		}
 	}
 	return nil
@@ -156,19 +183,19 @@ func summary(r Result) string {
 type virtualWorld struct {
 	cfg   VirtualConfig
 	v     *sim.Virtual
-	model *agent.Model
+	model *placement.Model
 	rec   *recorder // the window being measured, nil between windows
 	live  liveSet   // the window's live sessions' context (tasks.go)
 	// perSession is the workload's mean requests a session (sessions/h).
 	perSession float64
 	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID     uint64
-	net        clientPath  // the clients' network (network.go)
-	loop       *sessionRun // the sessions going on (virtual_sessions.go)
+	net        clientPath   // the clients' network (network.go)
+	loop       *sessionLoop // sessions that go on into the next window (virtual_sessions.go)
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
-	mc := agent.DefaultConfig().Models[0]
+	mc := config.DefaultConfig().Models[0]
 	mc.Name = "bench"
 	mc.Frontend = "127.0.0.1:8000"
 	mc.Replicas = nil
@@ -176,13 +203,16 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 8100+i))
 	}
 	mc.VLLMLBStats = cfg.LBStats.String()
+	if cfg.SpillThreshold.Auto || cfg.SpillThreshold.N > 0 {
+		mc.SpillThreshold = cfg.SpillThreshold
+	}
 	// The session-hash key comes from the seed too, so that `hash` (and
 	// every table ordered by hash) places the same sessions alike run after run.
 	var key [16]byte
 	binary.LittleEndian.PutUint64(key[:8], cfg.Seed)
 	binary.LittleEndian.PutUint64(key[8:], 0x6c6d7761726465e6)
-	hasher := agent.NewSessionHasher(key[:])
-	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
+	hasher := placement.NewSessionHasher(key[:])
+	model, err := placement.NewModel(mc, placement.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
@@ -234,7 +264,7 @@ func (w *virtualWorld) observe() {
 	samples := make([]*replicaSample, w.v.Replicas())
 	for i := range samples {
 		s := w.v.Stats(i)
-		w.model.ObserveReplica(i, agent.ReplicaMetrics{
+		w.model.ObserveReplica(i, placement.ReplicaMetrics{
 			Healthy: true, Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
@@ -257,82 +287,47 @@ func (w *virtualWorld) observe() {
 // flight is one request in flight.
 type flight struct {
 	replica int
-	place   agent.Placement
+	place   placement.Placement
 }
 
 // runArm plays one window for the configured duration: step.Sessions
 // sessions in a closed loop, or sessions arriving at step.PerMin a minute.
-// A closed loop on shared replicas goes on from the last window's sessions
-// (sessionRun); otherwise the window starts from drained replicas and
-// aborts whatever is still in flight when it closes.
+// A closed loop on shared replicas goes on from the last window's sessions,
+// as the reference's harness did (docs/workload.md, "Sessions go on between
+// windows"); otherwise the window starts from drained replicas and aborts
+// whatever is still in flight when it closes.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
-	w.model.SetAffinity(arm.Affinity)
-	if err := w.model.SetPolicy(arm.Policy); err != nil {
+	goOn := !step.Open() && !w.cfg.FreshReplicas
+	keep := goOn && w.loop != nil
+	if w.loop != nil && !keep {
+		w.loop.a.stop()
+	}
+	a, err := w.openWindow(step, arm, keep)
+	if err != nil {
 		return Result{}, err
 	}
-	carry := !step.Open() && !w.cfg.FreshReplicas
-	r := w.loop
-	if r == nil || !carry {
-		if r != nil {
-			r.stop()
-		}
-		w.drain()
-		w.live = liveSet{}
-		r = newSessionRun(w, wl, step.Open())
-		w.loop = r
+	l := w.loop
+	if !keep {
+		l = &sessionLoop{wl: wl, sys: wl.SystemSectionTokens(), began: map[string]time.Time{}}
 	}
-	begin := w.v.Now()               // the window's sessions start here
-	start := begin.Add(w.cfg.Warmup) // the measured window starts here
-	end := start.Add(w.cfg.Duration)
-	window := newRecorder(w.cfg.Replicas)
-	window.requestsPerSession = w.perSession
-	// During a warm-up the requests go to a recorder that is thrown away;
-	// the sessions' starts, kept in the tasks both share, stay.
-	warm := newRecorder(w.cfg.Replicas)
-	warm.tasks = window.tasks
-	r.start, r.variant, r.rec = start, variant, warm
-	r.adopt(window.tasks)
-	var admitted agent.AdmissionStats
-	measure := func() {
-		r.rec, w.rec = window, window
-		admitted = w.model.AdmissionStatsAt(w.v.Now())
-		if w.cfg.Trace != nil {
-			w.cfg.Trace.Window(step, arm.Name, start)
-		}
-		w.observe() // a sample at the window's start: counters' baseline
+	l.a, l.variant = a, variant
+	w.loop = nil
+	if goOn {
+		w.loop = l
 	}
-	if w.cfg.Warmup > 0 {
-		w.rec = nil
-		w.v.At(start, measure)
-	} else {
-		measure()
-	}
+	l.adopt(a.window.tasks)
 	if step.Open() {
 		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
-			w.v.At(begin.Add(at), func() { r.startSession(w.v.Now()) })
+			w.v.At(a.begin.Add(at), func() { l.startSession(w.v.Now()) })
 		}
 	} else {
-		r.target = step.Sessions
-		r.grow(begin)
+		l.target = step.Sessions
+		l.grow(a.begin)
 	}
-	const slice = 5 * time.Second
-	for t := begin; t.Before(end); {
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		t = minTime(t.Add(slice), end)
-		w.v.RunUntil(t)
-		w.cfg.Progress.Update(t.Sub(begin).Seconds() / end.Sub(begin).Seconds())
+	if err := a.play(ctx, a.end, nil); err != nil {
+		return Result{}, err
 	}
-	w.observe() // the window's closing sample
-	if !carry {
-		r.stop()
-		w.loop = nil
-	}
-	r.rec, w.rec = nil, nil
-	res := window.result(step, arm.Name, w.cfg.Duration.Seconds(), r.sys)
-	res.Admission = admissionCounts(admitted, w.model.AdmissionStatsAt(w.v.Now()))
-	return res, nil
+	return a.close(w.cfg.Duration.Seconds(), l.sys, goOn), nil
 }
 
 var nanSec = math.NaN()

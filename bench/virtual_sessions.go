@@ -1,220 +1,173 @@
 package bench
 
 import (
-	"math"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// sessionRun drives sessions on the virtual clock: it starts them, sends
-// every turn across the clients' network and through the warden's placement
-// to the replicas, and tells the window being measured what happened. A
-// closed loop on shared replicas keeps one sessionRun from window to window,
-// as the reference's harness kept its sessions running from one step and
-// arm to the next (docs/bench.md, "Windows"): a window only changes the
-// policy, starts the sessions its count adds, and measures what is answered
-// within it.
-type sessionRun struct {
-	w        *virtualWorld
-	wl       *Workload
-	sys      int       // the rendered system prompt's tokens
-	variant  uint64    // text variant of the sessions started now (SessionVariant)
-	open     bool      // requests are sent and answers recorded
-	openLoop bool      // a finished session is not replaced
-	target   int       // sessions a closed loop keeps going
-	live     int       // sessions started (or about to) and not ended
-	next     int       // index of the next session
-	rec      *recorder // where answers go now: the window's, a warm-up's, or nil
-	start    time.Time // the measured window's start
-	began    map[string]time.Time
-	inFlight map[uint64]flight
+// sessionLoop plays the session workloads (agent, big, long) in a virtual
+// window: each session's turns one after the other across the clients'
+// network (network.go), a closed loop replacing a session that ended. A
+// closed loop on shared replicas keeps its sessionLoop from window to
+// window (runArm): a later window only moves a to itself, starts the
+// sessions its count adds, and records what is answered within it.
+type sessionLoop struct {
+	a           *armWindow // the window of the moment
+	wl          *Workload
+	variant     uint64 // text of the sessions started now (SessionVariant)
+	sys         int    // the system section's tokens
+	nextSession int
+	target      int                  // sessions a closed loop keeps going
+	live        int                  // sessions started (or about to be) and not ended
+	began       map[string]time.Time // when each live session sent its first request
 }
-
-func newSessionRun(w *virtualWorld, wl *Workload, openLoop bool) *sessionRun {
-	return &sessionRun{w: w, wl: wl, sys: wl.SystemSectionTokens(), open: true, openLoop: openLoop,
-		began: map[string]time.Time{}, inFlight: map[uint64]flight{}}
-}
-
-// since is seconds from the measured window's start to t.
-func (r *sessionRun) since(t time.Time) float64 { return t.Sub(r.start).Seconds() }
-
-// measured says whether answers now go to the window being measured.
-func (r *sessionRun) measured() bool { return r.rec != nil && r.rec == r.w.rec }
 
 // grow starts the sessions a closed loop lacks: slot k's first session
 // after the workload's StartOffset(k) from begin.
-func (r *sessionRun) grow(begin time.Time) {
-	for slot := r.live; slot < r.target; slot++ {
-		r.live++
-		r.w.v.At(begin.Add(r.wl.StartOffset(slot)), func() { r.startSession(r.w.v.Now()) })
+func (l *sessionLoop) grow(begin time.Time) {
+	w := l.a.w
+	for slot := l.live; slot < l.target; slot++ {
+		l.live++
+		w.v.At(begin.Add(l.wl.StartOffset(slot)), func() { l.start(w.v.Now()) })
 	}
 }
 
-// adopt tells a new window's task view about the sessions already running,
-// so that those it sees finish count as tasks with their whole time.
-func (r *sessionRun) adopt(t *taskView) {
-	for id, at := range r.began {
-		t.sessionStarted(id, r.since(at))
+// adopt tells a window's task view about the sessions already going, so
+// that those it sees finish count as tasks with their whole time.
+func (l *sessionLoop) adopt(t *taskView) {
+	for id, at := range l.began {
+		t.sessionStarted(id, l.a.since(at))
 	}
 }
 
-// startSession begins a session now; a closed loop counted it in live
-// when it scheduled it, an open loop counts it here.
-func (r *sessionRun) startSession(at time.Time) {
-	if !r.open {
-		return
-	}
-	if r.openLoop {
-		r.live++
-	}
-	c := NewConversation(r.wl.SessionVariant(r.next, r.variant))
-	c.Limit = r.w.cfg.MaxContext
-	r.next++
-	r.w.v.At(at.Add(c.Session.Pauses[0]), func() { r.sendTurn(c, nil, r.sys) })
-}
-
-// ended: a session finished or failed at; a closed loop replaces it while
+// ended: session id finished or failed at; a closed loop replaces it while
 // it has fewer sessions than its window wants.
-func (r *sessionRun) ended(id string, at time.Time) {
-	r.live--
-	delete(r.began, id)
-	r.w.live.end(id)
-	if !r.openLoop && r.live < r.target {
-		r.live++
-		r.startSession(at)
+func (l *sessionLoop) ended(id string, at time.Time) {
+	l.live--
+	delete(l.began, id)
+	l.a.w.live.end(id)
+	if !l.a.step.Open() && l.live < l.target {
+		l.live++
+		l.start(at)
 	}
 }
 
-// sendTurn sends c's next request: it reaches the front end (the warden,
+// startSession starts an open loop's arriving session.
+func (l *sessionLoop) startSession(at time.Time) {
+	l.live++
+	l.start(at)
+}
+
+func (l *sessionLoop) start(at time.Time) {
+	w := l.a.w
+	c := NewConversation(l.wl.SessionVariant(l.nextSession, l.variant))
+	c.Limit = w.cfg.MaxContext
+	l.nextSession++
+	w.v.At(at.Add(c.Session.Pauses[0]), func() { l.sendTurn(c, nil, l.sys) })
+}
+
+// sendTurn sends c's next request; it reaches the front end (the warden,
 // or vLLM's API servers) once the connection is up and the body across.
-func (r *sessionRun) sendTurn(c *Conversation, prev []uint32, reused int) {
-	if !r.open {
+func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
+	a, w := l.a, l.a.w
+	if !a.open {
 		return
 	}
 	req := c.NextRequest()
-	prompt := nextPrompt(r.wl.System, prev, req.Messages)
+	prompt := nextPrompt(l.wl.System, prev, req.Messages)
 	if req.Fresh {
-		reused = r.sys // a fresh history shares only the system prompt
+		reused = l.sys // a fresh history shares only the system prompt
 	}
-	sent := r.w.v.Now()
+	sent := w.v.Now()
 	if req.First {
-		r.began[c.Session.ID] = sent
-		if r.rec != nil {
-			r.rec.tasks.sessionStarted(c.Session.ID, r.since(sent))
-		}
+		l.began[c.Session.ID] = sent
+		a.rec.tasks.sessionStarted(c.Session.ID, a.since(sent))
 	}
-	r.w.live.set(c.Session.ID, len(prompt))
-	body := bodyBytes(r.wl.System, req.Messages)
-	r.w.v.At(sent.Add(r.w.net.upload(body)), func() {
-		if !r.open {
+	w.live.set(c.Session.ID, len(prompt))
+	header := c.Session.ID
+	if w.cfg.NoSessionHeader {
+		header = ""
+	}
+	body := bodyBytes(l.wl.System, req.Messages)
+	w.v.At(sent.Add(w.net.upload(body)), func() {
+		if !l.a.open {
 			return
 		}
-		arrived := r.w.v.Now()
-		r.w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: body, Now: arrived}, c.Turn,
-			func(p agent.Placement, err error) { r.submit(c, req, prompt, reused, sent, arrived, p, err) })
+		arrived := w.v.Now()
+		w.admit(placement.Request{SessionID: header, PromptBytes: body, Now: arrived}, c.Turn,
+			func(p placement.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, arrived, p, err) })
 	})
 }
 
-// submit hands a placed request to its replica.
-func (r *sessionRun) submit(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p agent.Placement, err error) {
-	parked := r.w.v.Now().Sub(arrived).Seconds()
-	if parked > 0 && r.rec != nil {
-		r.rec.tasks.parkedFor(parked, false)
+func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p placement.Placement, err error) {
+	a, w := l.a, l.a.w
+	rec := a.rec
+	parked := w.v.Now().Sub(arrived).Seconds()
+	if parked > 0 {
+		rec.tasks.parkedFor(parked, false)
 	}
 	if err != nil {
-		if r.rec != nil {
-			r.rec.failed("placement", false, err)
-			r.rec.tasks.sessionFailed(c.Session.ID)
-		}
-		r.ended(c.Session.ID, r.w.v.Now())
+		rec.failed("placement", false, err)
+		rec.tasks.sessionFailed(c.Session.ID)
+		l.ended(c.Session.ID, w.v.Now())
 		return
 	}
-	if r.rec != nil {
-		r.rec.placed(c.Session.ID, p.Replica)
-	}
-	r.w.nextID++
-	id := r.w.nextID
-	t := &turnInFlight{run: r, c: c, req: req, prompt: prompt, reused: reused, sent: sent, parked: parked, place: p, id: id, ttft: math.NaN()}
-	r.inFlight[id] = flight{replica: p.Replica, place: p}
-	r.w.v.Submit(p.Replica, &sim.Request{
+	rec.placed(c.Session.ID, p.Replica)
+	w.nextID++
+	id := w.nextID
+	ttft := nanSec
+	a.inFlight[id] = flight{replica: p.Replica, place: p}
+	w.v.Submit(p.Replica, &sim.Request{
 		ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
-		OnFirstToken: func(at time.Time) { t.ttft = at.Add(r.w.net.down()).Sub(sent).Seconds() },
-		OnDone:       t.done,
+		OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
+		OnDone: func(served time.Time, r sim.Result) {
+			a := l.a // the window of the moment: a session goes on across windows
+			delete(a.inFlight, id)
+			w.model.Done(p, served)
+			w.wakeParked()
+			at := served.Add(w.net.down()) // the last token at the client
+			rec := a.rec                   // the recorder of the moment (the window's once measuring)
+			if !a.open {
+				rec.cut++
+				if w.cfg.Trace != nil && rec == a.window {
+					w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, p, sent, ttft, at, parked))
+				}
+				return
+			}
+			l.answered(c, req, prompt, reused, rec, p, sent, ttft, parked, at, r)
+		},
 	})
 }
 
-// turnInFlight is one request between its replica and its answer.
-type turnInFlight struct {
-	run          *sessionRun
-	c            *Conversation
-	req          Request
-	prompt       []uint32
-	reused       int
-	sent         time.Time
-	parked, ttft float64
-	place        agent.Placement
-	id           uint64
-}
-
-// done is the replica's end of the request (served); the client sees the
-// last token half a round trip later.
-func (t *turnInFlight) done(served time.Time, res sim.Result) {
-	r, w, c := t.run, t.run.w, t.c
-	delete(r.inFlight, t.id)
-	w.model.Done(t.place, served)
-	w.wakeParked()
-	at := served.Add(w.net.down())
-	rec := r.rec
-	if !r.open {
-		if rec != nil {
-			rec.cut++
-			if w.cfg.Trace != nil && r.measured() {
-				w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, t.place, t.sent, t.ttft, at, t.parked))
-			}
-		}
+// answered records an answered turn and schedules the session's next.
+func (l *sessionLoop) answered(c *Conversation, req Request, prompt []uint32, reused int, rec *recorder,
+	p placement.Placement, sent time.Time, ttft, parked float64, at time.Time, r sim.Result) {
+	a, w := l.a, l.a.w
+	if r.Err != nil {
+		rec.failed("replica: "+r.Err.Error(), false, r.Err)
+		rec.tasks.sessionFailed(c.Session.ID)
+		l.ended(c.Session.ID, at)
 		return
 	}
-	if res.Err != nil {
-		if rec != nil {
-			rec.failed("replica: "+res.Err.Error(), false, res.Err)
-			rec.tasks.sessionFailed(c.Session.ID)
-		}
-		r.ended(c.Session.ID, at)
-		return
+	w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
+	rec.answered(c.Session.ID, req.First, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
+	if w.cfg.Trace != nil && rec == a.window {
+		w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
+			Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
+			Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Parked: parked})
 	}
-	w.live.set(c.Session.ID, len(t.prompt)+res.OutputTokens)
-	if rec != nil {
-		rec.answered(c.Session.ID, t.req.First, t.ttft, res.PromptTokens, res.CachedTokens, res.OutputTokens, t.reused)
-		if w.cfg.Trace != nil && r.measured() {
-			w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: t.place.Replica,
-				Kind: t.place.Kind.String(), Sent: t.sent, TTFT: t.ttft, Done: at,
-				Prompt: res.PromptTokens, Cached: res.CachedTokens, Output: res.OutputTokens, Parked: t.parked})
-		}
-		if t.req.Compaction {
-			rec.compactions++
-		}
+	if req.Compaction {
+		rec.compactions++
 	}
-	c.Answer(res.OutputText, res.PromptTokens, res.OutputTokens)
+	c.Answer(r.OutputText, r.PromptTokens, r.OutputTokens)
 	if c.Done() {
-		if rec != nil {
-			rec.completed++
-			rec.tasks.sessionFinished(c.Session.ID, r.since(at))
-		}
-		r.ended(c.Session.ID, at)
+		rec.completed++
+		rec.tasks.sessionFinished(c.Session.ID, a.since(at))
+		l.ended(c.Session.ID, at)
 		return
 	}
-	next := len(t.prompt) + res.OutputTokens
-	w.v.At(at.Add(c.Session.Pauses[c.Turn]), func() { r.sendTurn(c, t.prompt, next) })
-}
-
-// stop ends the sessions: requests parked at the warden are dropped and
-// those in flight aborted (their OnDone counts them cut).
-func (r *sessionRun) stop() {
-	r.open = false
-	r.w.cancelParked()
-	for id, f := range r.inFlight {
-		r.w.v.Abort(f.replica, id)
-	}
+	next := len(prompt) + r.OutputTokens
+	w.v.At(at.Add(c.Session.Pauses[c.Turn]), func() { l.sendTurn(c, prompt, next) })
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // Errors in the shape of the API the client speaks, so that its SDK
@@ -21,7 +23,7 @@ const (
 	apiOpenAI                    // /v1/chat/completions, /v1/completions, ...
 )
 
-func shapeOf(h *Head) apiShape {
+func shapeOf(h *http1.Head) apiShape {
 	if h == nil {
 		return apiNone
 	}

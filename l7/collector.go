@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The shim's Prometheus metrics (the agent exports placement and replica
@@ -56,7 +58,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // alerts see it before the first one.
 var answeredCodes = []int{400, 408, 431, 502, 503, 504, 505}
 
-// replicaCounter is implemented by *agent.Model.
+// replicaCounter is implemented by *placement.Model.
 type replicaCounter interface{ Replicas() int }
 
 // Collect implements prometheus.Collector.
@@ -78,7 +80,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descConnsShed, prometheus.CounterValue, float64(st.Shed[b]), b)
 		}
 	}
-	seen := map[*UserPath]bool{}
+	seen := map[*datapath.UserPath]bool{}
 	for _, s := range c.shims {
 		model := s.placer.Name()
 		st := s.Stats()
@@ -94,7 +96,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for code, n := range codes {
 			ch <- prometheus.MustNewConstMetric(descShimAnswered, prometheus.CounterValue, float64(n), model, strconv.Itoa(code))
 		}
-		u, ok := s.dp.(*UserPath)
+		u, ok := s.dp.(*datapath.UserPath)
 		if !ok || seen[u] {
 			continue
 		}
@@ -107,9 +109,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if rc, ok := o.placer.(replicaCounter); ok {
 				for i := range rc.Replicas() {
-					k := ReplicaKey{Model: o.placer.Name(), Replica: i}
+					k := datapath.ReplicaKey{Model: o.placer.Name(), Replica: i}
 					if _, ok := counts[k]; !ok {
-						counts[k] = ByteCounts{}
+						counts[k] = datapath.ByteCounts{}
 					}
 				}
 			}

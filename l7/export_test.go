@@ -3,6 +3,8 @@ package l7
 import (
 	"net/http"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // Exports for package l7_test: the kernel datapaths live in package
@@ -43,6 +45,6 @@ func PoolIdle(s *Shim, addr string) int { return s.pool.Idle(addr) }
 // SetTestDefaults makes every shim built with a nil Datapath use dp, and
 // every pool such a shim makes dial with dial (the suite over a kernel
 // datapath).
-func SetTestDefaults(dp func() Datapath, dial DialFunc) {
+func SetTestDefaults(dp func() datapath.Datapath, dial DialFunc) {
 	defaultDatapath, defaultDial = dp, dial
 }

@@ -9,8 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -27,7 +30,7 @@ func TestKernelTimesTheFirstBodyByteItCarried(t *testing.T) {
 		const pause = 300 * time.Millisecond
 		up := l7.RawUpstream(t, func(c net.Conn) {
 			for {
-				h, rest, err := l7.ReadHead(c, nil)
+				h, rest, err := http1.ReadHead(c, nil)
 				if err != nil {
 					return
 				}
@@ -63,7 +66,7 @@ func TestKernelTimesTheFirstBodyByteItCarried(t *testing.T) {
 			}
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(agent.NewCollector([]*agent.Model{m}, agent.BuildInfo{}))
+		reg.MustRegister(agent.NewCollector([]*placement.Model{m}, adminapi.BuildInfo{}))
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

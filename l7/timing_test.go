@@ -10,6 +10,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The shim times what the client feels: the first byte of a streamed
@@ -41,7 +44,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 		}
 	})
 	m := mustModel(t, modelConfig(up))
-	_, addr := mustShim(t, m, Options{Datapath: NewUserPath()})
+	_, addr := mustShim(t, m, Options{Datapath: datapath.NewUserPath()})
 	c := mustDial(t, addr)
 	for _, target := range []string{"/stream", "/whole"} {
 		c.send(t, rawRequest("POST", target, "X-Session-Id: s\r\n", "{}"))
@@ -52,7 +55,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 	waitInFlight(t, m)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(agent.NewCollector([]*agent.Model{m}, agent.BuildInfo{}))
+	reg.MustRegister(agent.NewCollector([]*placement.Model{m}, adminapi.BuildInfo{}))
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +88,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 // per status it may answer, and the byte counters of every replica.
 func TestShimSeriesExistBeforeTraffic(t *testing.T) {
 	m := mustModel(t, modelConfig(deadURL(t), deadURL(t)))
-	s, _ := mustShim(t, m, Options{Datapath: NewUserPath()})
+	s, _ := mustShim(t, m, Options{Datapath: datapath.NewUserPath()})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(s))
 	fams, err := reg.Gather()

@@ -11,15 +11,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
 // servedDatapath is the datapath serve (and demo) run with, and what the
 // rest of the daemon needs from it. kern is nil with the userspace one.
 type servedDatapath struct {
-	l7.Datapath
+	datapath.Datapath
 	reason string // why this one: the flag, or what auto found
 	kern   *kernelDatapath
 }
@@ -33,7 +35,7 @@ var datapathModes = map[string][]maps.Mode{
 }
 
 // selectDatapath resolves --datapath.
-func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
+func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
 	modes, ok := datapathModes[cfg.Datapath]
 	if !ok {
 		return nil, fmt.Errorf("--datapath %q: want auto, kernel, msg, skb or user", cfg.Datapath)
@@ -68,7 +70,7 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 	} else {
 		log.Info("datapath: user", "reason", reason)
 	}
-	return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}, nil
+	return &servedDatapath{Datapath: datapath.NewUserPath(), reason: reason}, nil
 }
 
 // joinReasons puts why each datapath did not load on one line.
@@ -81,8 +83,8 @@ func joinReasons(why []error) string {
 }
 
 // info names the datapath and why it was chosen (GET /api/v1/warden).
-func (d *servedDatapath) info() agent.DatapathInfo {
-	return agent.DatapathInfo{Name: d.Name(), Reason: d.reason}
+func (d *servedDatapath) info() adminapi.DatapathInfo {
+	return adminapi.DatapathInfo{Name: d.Name(), Reason: d.reason}
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).

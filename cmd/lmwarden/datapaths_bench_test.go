@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/lmwarden/lmwarden/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
@@ -323,7 +323,7 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 	// "msg@GOMAXPROCS=1": a warden with that in its environment (an A/B
 	// of one knob in one run).
 	var env []string
-	if f := os.Getenv("LMWARDEN_PHASES"); f != "" { // the shim's profile (l7/phases.go), a file per path
+	if f := os.Getenv("LMWARDEN_PHASES"); f != "" { // the shim's profile (l7/datapath/phases.go), a file per path
 		env = append(env, "LMWARDEN_PHASES="+f+"."+strings.NewReplacer("@", "-", "=", "-", "/", "-").Replace(path))
 	}
 	if p, e, ok := strings.Cut(path, "@"); ok {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -67,7 +69,7 @@ func StartHost(tb testing.TB, hc HostConfig) *Host {
 		}
 		tb.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.HashKey = hc.HashKey
 	if err := cfg.ApplyFlags(ln.Addr().String(), "127.0.0.1:0", "user", urls); err != nil {
@@ -78,7 +80,7 @@ func StartHost(tb testing.TB, hc HostConfig) *Host {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: l7.NewUserPath(), Logger: quiet})
+	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: datapath.NewUserPath(), Logger: quiet})
 	go shim.Serve(ln)
 	if err := w.Start(context.Background()); err != nil {
 		tb.Fatal(err)
