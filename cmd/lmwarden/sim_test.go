@@ -44,7 +44,7 @@ func TestSimCalibratePrintsTheTable(t *testing.T) {
 func TestSimRefusesToStartWhenTheCacheCannotHoldMaxModelLen(t *testing.T) {
 	err := runSim([]string{"--max-model-len", "262144"})
 	if err == nil || !strings.Contains(err.Error(), "To serve at least one request with the model's max seq len (262144)") ||
-		!strings.Contains(err.Error(), "estimated maximum model length is 39072") {
+		!strings.Contains(err.Error(), "estimated maximum model length is 46704") {
 		t.Fatalf("got %v, want vLLM's start-up refusal", err)
 	}
 	// --kv-tokens makes room
