@@ -29,7 +29,7 @@ const SessionHeader = "X-Claude-Code-Session-Id"
 // ParkedHeader is the response header in which the warden says how long a
 // request waited for admission before it was placed, in seconds (only on
 // requests that waited).
-const ParkedHeader = "X-Warden-Parked-Seconds" // l7.ParkedHeader
+const ParkedHeader = "X-Warden-Parked-Seconds" // http1.ParkedHeader
 
 // turnResult is what the client saw of one streamed turn.
 type turnResult struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -79,8 +80,8 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 // fit (policy cost, admission queue): the bench reads each parked
 // request's wait from the warden's response header.
 func TestRealRunReadsTheWaitAtTheWardenFromTheResponse(t *testing.T) {
-	if ParkedHeader != l7.ParkedHeader {
-		t.Fatalf("the bench reads %s, the warden writes %s", ParkedHeader, l7.ParkedHeader)
+	if ParkedHeader != http1.ParkedHeader {
+		t.Fatalf("the bench reads %s, the warden writes %s", ParkedHeader, http1.ParkedHeader)
 	}
 	s := mustSim(t, 2, sim.ShapePorts, 100)
 	front, w := mustWardenFront(t, s.URLs(), true)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * frame.h: the framing parser of response bodies, the kernel's copy of the
- * Go one (l7/chunked.go): the same states, the same bytes move it, the
+ * Go one (l7/http1/chunked.go): the same states, the same bytes move it, the
  * same bounds. Both datapaths' programs use it; each fetches the bytes its
  * own way and hands framing bytes to frame_byte, data runs to frame_skip.
  */
@@ -66,7 +66,7 @@ static __always_inline __u64 frame_skip(struct frame *f, __u64 avail)
 	return n;
 }
 
-/* frame_byte moves f over one framing byte (l7.ChunkedBody.step). */
+/* frame_byte moves f over one framing byte (http1.ChunkedBody.step). */
 static __always_inline int frame_byte(struct frame *f, __u8 c)
 {
 	__u32 ph = f->phase;

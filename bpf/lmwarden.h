@@ -113,7 +113,7 @@ struct session {
 };
 
 /* frame: where a body's framing parser is. The chunked phases are the
- * Go parser's (l7.ChunkedBody) in the same order, and move on the same
+ * Go parser's (http1.ChunkedBody) in the same order, and move on the same
  * bytes (frame.h); a test checks the numbering, and FuzzChunkedSplits
  * that both end every body at the same byte. */
 enum frame_phase {

@@ -48,7 +48,7 @@
 #define FIELD_CHUNKED 2
 #define FIELD_CONNECTION 3 /* only "keep-alive" is carried */
 
-#define LMW_MAX_FIELDS 100 /* l7.MaxHeaderLines */
+#define LMW_MAX_FIELDS 100 /* http1.MaxHeaderLines */
 
 /* The walk's state is in the socket's sock_state (a map value), not on
  * the stack: the verifier then checks reply_step once for every state

@@ -21,6 +21,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -151,7 +152,7 @@ func startWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: l7.NewUserPath(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: datapath.NewUserPath(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	go shim.Serve(ln)
 	t.Cleanup(func() { shim.Close() })
 	w.Registry().MustRegister(l7.NewCollector(shim))

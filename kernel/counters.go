@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -22,19 +22,19 @@ var errKernelSlots = errors.New("kernel datapath: more than 256 replicas")
 type counters struct {
 	st    *maps.State
 	mu    sync.Mutex
-	slots map[l7.ReplicaKey]uint32
-	user  map[l7.ReplicaKey]*byteCounters
+	slots map[datapath.ReplicaKey]uint32
+	user  map[datapath.ReplicaKey]*byteCounters
 }
 
 type byteCounters struct{ up, down atomic.Uint64 }
 
 func newCounters(st *maps.State) counters {
-	return counters{st: st, slots: map[l7.ReplicaKey]uint32{}, user: map[l7.ReplicaKey]*byteCounters{}}
+	return counters{st: st, slots: map[datapath.ReplicaKey]uint32{}, user: map[datapath.ReplicaKey]*byteCounters{}}
 }
 
 // slot is the stats index of the exchange's replica.
-func (c *counters) slot(x *l7.Exchange) (uint32, *byteCounters, error) {
-	key := l7.ReplicaKey{Model: x.Model, Replica: x.Replica}
+func (c *counters) slot(x *datapath.Exchange) (uint32, *byteCounters, error) {
+	key := datapath.ReplicaKey{Model: x.Model, Replica: x.Replica}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.slots[key]
@@ -58,10 +58,10 @@ type Counts struct {
 }
 
 // Counts returns the counters per replica.
-func (c *counters) Counts() map[l7.ReplicaKey]Counts {
+func (c *counters) Counts() map[datapath.ReplicaKey]Counts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[l7.ReplicaKey]Counts, len(c.slots))
+	out := make(map[datapath.ReplicaKey]Counts, len(c.slots))
 	for key, s := range c.slots {
 		st, _ := c.st.Stats(s)
 		u := c.user[key]
@@ -74,7 +74,7 @@ func (c *counters) Counts() map[l7.ReplicaKey]Counts {
 
 // Share sums the counters: bytes carried in the kernel, and bytes that
 // crossed userspace (passed to the shim, or forwarded by it).
-func Share(counts map[l7.ReplicaKey]Counts) (kernel, user uint64) {
+func Share(counts map[datapath.ReplicaKey]Counts) (kernel, user uint64) {
 	for _, c := range counts {
 		kernel += c.KernelBytes
 		user += c.PassedBytes + c.UserUp + c.UserDown

@@ -5,7 +5,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -16,29 +17,29 @@ import (
 // they end; these read it back, after making sure the kernel writes
 // nothing more into the client.
 
-// CutResponse implements l7.ResponseCutter for the sk_msg datapath. The
+// CutResponse implements datapath.ResponseCutter for the sk_msg datapath. The
 // replica's end of the connection may still be alive (a stopped replica
 // that is resumed later): its arm goes to pass mode first, so lmw_reply
 // carries nothing more to this client, whatever that replica sends.
-func (k *MsgPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
+func (k *MsgPath) CutResponse(x *datapath.Exchange) (datapath.CutState, bool) {
 	if x.Upstream == nil {
-		return l7.CutState{}, false
+		return datapath.CutState{}, false
 	}
 	u, ok := x.Upstream.Datapath.(*msgUpstream)
 	if !ok || !u.armed.Load() {
-		return l7.CutState{}, false
+		return datapath.CutState{}, false
 	}
 	ctl := u.ctl
 	ctl.Mode = maps.ModePass
 	if err := k.st.Arm(u.cookie, ctl); err != nil {
-		return l7.CutState{Began: true}, true // cannot tell where it stands: close, send nothing
+		return datapath.CutState{Began: true}, true // cannot tell where it stands: close, send nothing
 	}
 	time.Sleep(disarmSettle) // a run of lmw_reply that read the old arm ends
 	st, err := k.st.SocketState(u.cookie)
 	if err != nil || st.Gen != u.ctl.Gen || st.Redirected == 0 {
-		return l7.CutState{}, false // the kernel carried nothing of it: the shim's state holds
+		return datapath.CutState{}, false // the kernel carried nothing of it: the shim's state holds
 	}
-	cs := l7.CutState{Began: st.HeadLen > 0 && st.Redirected >= st.HeadLen, Chunked: st.HeadFlags&maps.HeadChunked != 0}
+	cs := datapath.CutState{Began: st.HeadLen > 0 && st.Redirected >= st.HeadLen, Chunked: st.HeadFlags&maps.HeadChunked != 0}
 	if st.HaltGen != st.Gen && st.DoneGen != st.Gen { // else the shim went on in userspace from the kernel's halt
 		cs.AtBoundary = cs.Chunked && chunkBoundary(st.Fr)
 	}
@@ -48,26 +49,26 @@ func (k *MsgPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 	return cs, true
 }
 
-// CutResponse implements l7.ResponseCutter for the sk_skb datapath. The
+// CutResponse implements datapath.ResponseCutter for the sk_skb datapath. The
 // shim read the response head; the verdict carried the body from the
 // upstream socket. A replica that is still alive (stopped, and resumed
 // later) must not have more carried into this client: the arm goes to
 // pass mode first. What the verdict redirected may still sit in the
 // client's psock backlog: the shim waits until the client's written-byte
 // count stops moving.
-func (k *SkbPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
+func (k *SkbPath) CutResponse(x *datapath.Exchange) (datapath.CutState, bool) {
 	if x.Upstream == nil || x.Response == nil {
-		return l7.CutState{}, false
+		return datapath.CutState{}, false
 	}
 	u := k.upstream(x.Upstream)
 	if u == nil || u.armedFor != x {
-		return l7.CutState{}, false // the shim relayed it all
+		return datapath.CutState{}, false // the shim relayed it all
 	}
 	ctl := k.st.Ctl(u.cookie)
 	if ctl.Mode != maps.ModeResponse || ctl.Gen != u.gen {
-		return l7.CutState{}, false
+		return datapath.CutState{}, false
 	}
-	cs := l7.CutState{Began: true, Chunked: x.Response.Framing == l7.FramingChunked}
+	cs := datapath.CutState{Began: true, Chunked: x.Response.Framing == http1.FramingChunked}
 	pass := ctl
 	pass.Mode = maps.ModePass
 	if err := k.st.Arm(u.cookie, pass); err != nil {
@@ -97,7 +98,7 @@ func (k *SkbPath) CutResponse(x *l7.Exchange) (l7.CutState, bool) {
 // connected (measured on 6.18), and the shim's next write would fail with
 // it. Reading SO_ERROR takes it off (the kernel clears it as it reports
 // it); a client that really went away still fails the write that follows.
-func clearPsockError(c *l7.Conn) {
+func clearPsockError(c *datapath.Conn) {
 	rc, err := c.TCPConn.SyscallConn()
 	if err != nil {
 		return
@@ -110,13 +111,13 @@ func clearPsockError(c *l7.Conn) {
 // chunkBoundary reports the kernel's parser between two chunks of a
 // chunked body (where another chunk may start).
 func chunkBoundary(f maps.Frame) bool {
-	return l7.ChunkPhase(f.Phase) == l7.ChunkSize && f.Count == 0 && f.Line == 0
+	return http1.ChunkPhase(f.Phase) == http1.ChunkSize && f.Count == 0 && f.Line == 0
 }
 
 // settleWritten waits, at most half a second, until the client socket's
 // written-byte count has stopped moving: the psock's worker has handed it
 // what the verdict redirected.
-func settleWritten(c *l7.Conn) {
+func settleWritten(c *datapath.Conn) {
 	deadline := time.Now().Add(500 * time.Millisecond)
 	last, _ := written(c.TCPConn)
 	for stable := 0; stable < 4 && time.Now().Before(deadline); {
@@ -134,6 +135,6 @@ func settleWritten(c *l7.Conn) {
 }
 
 var (
-	_ l7.ResponseCutter = (*MsgPath)(nil)
-	_ l7.ResponseCutter = (*SkbPath)(nil)
+	_ datapath.ResponseCutter = (*MsgPath)(nil)
+	_ datapath.ResponseCutter = (*SkbPath)(nil)
 )

@@ -1,7 +1,7 @@
 package kernel
 
 import (
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -12,48 +12,48 @@ import (
 // kernel stopped (sock_state.fr). Chunked bodies use l7's one parser,
 // whose phases the kernel's number alike (TestFramePhasesMatchL7).
 type bodyFrame struct {
-	kind      l7.Framing // FramingLength, FramingChunked or FramingClose
-	remaining uint64     // FramingLength: bytes left
-	chunks    l7.ChunkedBody
+	kind      http1.Framing // FramingLength, FramingChunked or FramingClose
+	remaining uint64        // FramingLength: bytes left
+	chunks    http1.ChunkedBody
 }
 
 // frameOf starts the body of a response head's framing.
-func frameOf(r *l7.ResponseHead) bodyFrame {
+func frameOf(r *http1.ResponseHead) bodyFrame {
 	switch r.Framing {
-	case l7.FramingLength:
-		return bodyFrame{kind: l7.FramingLength, remaining: uint64(r.ContentLength)}
-	case l7.FramingChunked:
-		return bodyFrame{kind: l7.FramingChunked}
-	case l7.FramingClose:
-		return bodyFrame{kind: l7.FramingClose}
+	case http1.FramingLength:
+		return bodyFrame{kind: http1.FramingLength, remaining: uint64(r.ContentLength)}
+	case http1.FramingChunked:
+		return bodyFrame{kind: http1.FramingChunked}
+	case http1.FramingClose:
+		return bodyFrame{kind: http1.FramingClose}
 	}
-	return bodyFrame{kind: l7.FramingLength} // no body: done at once
+	return bodyFrame{kind: http1.FramingLength} // no body: done at once
 }
 
 // Done reports whether the body has ended.
 func (f *bodyFrame) Done() bool {
 	switch f.kind {
-	case l7.FramingLength:
+	case http1.FramingLength:
 		return f.remaining == 0
-	case l7.FramingChunked:
+	case http1.FramingChunked:
 		return f.chunks.Done()
 	}
 	return false
 }
 
 // untilClose reports a body that only the upstream's close ends.
-func (f *bodyFrame) untilClose() bool { return f.kind == l7.FramingClose }
+func (f *bodyFrame) untilClose() bool { return f.kind == http1.FramingClose }
 
 // Feed advances over b and returns how many of its bytes belong to the
 // body (all of them unless it ends inside b); a malformed chunked body is
 // an error.
 func (f *bodyFrame) Feed(b []byte) (int, error) {
 	switch f.kind {
-	case l7.FramingLength:
+	case http1.FramingLength:
 		n := min(f.remaining, uint64(len(b)))
 		f.remaining -= n
 		return int(n), nil
-	case l7.FramingChunked:
+	case http1.FramingChunked:
 		return f.chunks.Feed(b)
 	}
 	return len(b), nil
@@ -62,12 +62,12 @@ func (f *bodyFrame) Feed(b []byte) (int, error) {
 // kernel is f as the kernel's parser state.
 func (f *bodyFrame) kernel() maps.Frame {
 	switch f.kind {
-	case l7.FramingLength:
+	case http1.FramingLength:
 		if f.remaining == 0 {
 			return maps.Frame{Phase: maps.PhaseDone}
 		}
 		return maps.Frame{Phase: maps.PhaseLength, Remaining: f.remaining}
-	case l7.FramingChunked:
+	case http1.FramingChunked:
 		c := f.chunks
 		return maps.Frame{Phase: uint32(c.Phase), Remaining: c.Remaining, Size: c.Size, Line: c.Line, Count: c.Count}
 	}
@@ -79,13 +79,13 @@ func (f *bodyFrame) kernel() maps.Frame {
 func frameFromKernel(k maps.Frame) bodyFrame {
 	switch {
 	case k.Phase == maps.PhaseLength:
-		return bodyFrame{kind: l7.FramingLength, remaining: k.Remaining}
+		return bodyFrame{kind: http1.FramingLength, remaining: k.Remaining}
 	case k.Phase == maps.PhaseUntilClose:
-		return bodyFrame{kind: l7.FramingClose}
+		return bodyFrame{kind: http1.FramingClose}
 	case k.Phase == maps.PhaseDone:
-		return bodyFrame{kind: l7.FramingLength}
+		return bodyFrame{kind: http1.FramingLength}
 	}
-	return bodyFrame{kind: l7.FramingChunked, chunks: l7.ChunkedBody{
-		Phase: l7.ChunkPhase(k.Phase), Remaining: k.Remaining, Size: k.Size, Line: k.Line, Count: k.Count,
+	return bodyFrame{kind: http1.FramingChunked, chunks: http1.ChunkedBody{
+		Phase: http1.ChunkPhase(k.Phase), Remaining: k.Remaining, Size: k.Size, Line: k.Line, Count: k.Count,
 	}}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
@@ -19,7 +19,7 @@ import (
 const chunkedHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 // FuzzChunkedSplits checks, for every way of splitting a chunked body in
-// two, that the Go parser (l7.ChunkedBody) and the kernel's (bpf/frame.h,
+// two, that the Go parser (http1.ChunkedBody) and the kernel's (bpf/frame.h,
 // run by lmw_reply inside the replica's sendmsg on a real paired socket)
 // agree: both find the end at the same byte, or both refuse the body, or
 // both wait for more. The replica's end writes the head and the first
@@ -57,11 +57,11 @@ func FuzzChunkedSplits(f *testing.F) {
 	})
 }
 
-// goFrameEnd is where l7.ChunkedBody ends body fed in two parts split at
+// goFrameEnd is where http1.ChunkedBody ends body fed in two parts split at
 // i: the offset one past its last byte, -1 if it has not ended, or the
 // error of a malformed body.
 func goFrameEnd(body []byte, i int) (int, error) {
-	var p l7.ChunkedBody
+	var p http1.ChunkedBody
 	n, err := p.Feed(body[:i])
 	if err != nil || p.Done() {
 		return endOrNot(n, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -17,7 +17,7 @@ import (
 // (registered, so that the dispatch program never steers them back into
 // the shim), and its metrics.
 type Path struct {
-	l7.Datapath
+	datapath.Datapath
 	State     *maps.State
 	Upstreams *OwnDialer // connections to replicas (paired for the sk_msg datapath)
 	Polls     *OwnDialer // the metrics poller's

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -33,7 +33,7 @@ import (
 type MsgPath struct {
 	st *maps.State
 	counters
-	user *l7.UserPath
+	user *datapath.UserPath
 	log  *slog.Logger
 	// sndbuf is the send buffer a client socket gets when it joins
 	// lmw_client_socks (half of the credit of one response).
@@ -60,7 +60,7 @@ func NewMsgPath(st *maps.State, log *slog.Logger) *MsgPath {
 	if log == nil {
 		log = slog.Default()
 	}
-	k := &MsgPath{st: st, counters: newCounters(st), user: l7.NewUserPath(),
+	k := &MsgPath{st: st, counters: newCounters(st), user: datapath.NewUserPath(),
 		log: log, sndbuf: clientSendBuffer(), noPair: map[string]bool{}}
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
@@ -78,7 +78,7 @@ func (k *MsgPath) kernelTime(ns uint64) time.Time {
 	return k.clockAt.Add(time.Duration(int64(ns) - k.clockNs))
 }
 
-// Name implements l7.Datapath.
+// Name implements datapath.Datapath.
 func (k *MsgPath) Name() string { return "msg" }
 
 // State is the pinned kernel state the path uses.
@@ -91,8 +91,8 @@ func (k *MsgPath) Collector() prometheus.Collector { return collector{&k.counter
 // release (the pinned state is the caller's).
 func (k *MsgPath) Close() error { return nil }
 
-// RelayRequestBody implements l7.Datapath: the body crosses userspace.
-func (k *MsgPath) RelayRequestBody(x *l7.Exchange) error {
+// RelayRequestBody implements datapath.Datapath: the body crosses userspace.
+func (k *MsgPath) RelayRequestBody(x *datapath.Exchange) error {
 	_, uc, err := k.slot(x)
 	if err != nil {
 		return err
@@ -103,9 +103,9 @@ func (k *MsgPath) RelayRequestBody(x *l7.Exchange) error {
 	return err
 }
 
-// RelayResponseBody implements l7.Datapath for a response the kernel
+// RelayResponseBody implements datapath.Datapath for a response the kernel
 // handed to the shim from its first byte: relayed in userspace.
-func (k *MsgPath) RelayResponseBody(x *l7.Exchange) error {
+func (k *MsgPath) RelayResponseBody(x *datapath.Exchange) error {
 	_, uc, err := k.slot(x)
 	if err != nil {
 		return err
@@ -134,7 +134,7 @@ func (k *MsgPath) unpaired(addr string) {
 }
 
 var (
-	_ l7.Datapath        = (*MsgPath)(nil)
-	_ l7.ResponseCarrier = (*MsgPath)(nil)
-	_ l7.ConnPreparer    = (*MsgPath)(nil)
+	_ datapath.Datapath        = (*MsgPath)(nil)
+	_ datapath.ResponseCarrier = (*MsgPath)(nil)
+	_ datapath.ConnPreparer    = (*MsgPath)(nil)
 )

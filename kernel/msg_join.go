@@ -9,12 +9,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
 // msgUpstream is what the sk_msg datapath keeps with an upstream
-// connection (in its l7.Conn.Datapath): only the exchange that holds the
+// connection (in its datapath.Conn.Datapath): only the exchange that holds the
 // connection touches it.
 type msgUpstream struct {
 	cookie uint64
@@ -32,7 +32,7 @@ type msgUpstream struct {
 
 // upstream returns the connection's record, pairing it the first time:
 // its replica end must have joined lmw_replica_socks.
-func (k *MsgPath) upstream(c *l7.Conn, replica string) (*msgUpstream, error) {
+func (k *MsgPath) upstream(c *datapath.Conn, replica string) (*msgUpstream, error) {
 	if u, ok := c.Datapath.(*msgUpstream); ok {
 		return u, nil
 	}
@@ -69,7 +69,7 @@ type msgClient struct{ cookie uint64 }
 // let it grow: the kernel's redirects may not overfill it
 // (sock_ctl.credit), so a larger one carries more of a response in the
 // kernel.
-func (k *MsgPath) client(c *l7.Conn) (uint64, error) {
+func (k *MsgPath) client(c *datapath.Conn) (uint64, error) {
 	if mc, ok := c.Datapath.(*msgClient); ok {
 		return mc.cookie, nil
 	}
@@ -95,18 +95,18 @@ func (k *MsgPath) client(c *l7.Conn) (uint64, error) {
 	return cookie, nil
 }
 
-// PrepareConn implements l7.ConnPreparer: the client's setup (client)
+// PrepareConn implements datapath.ConnPreparer: the client's setup (client)
 // is done as its connection is accepted, while its request is still on
 // its way. A failure is met again at the arm (a client that half-closed
 // at once, say), which then goes without the kernel.
-func (k *MsgPath) PrepareConn(c *l7.Conn) { _, _ = k.client(c) }
+func (k *MsgPath) PrepareConn(c *datapath.Conn) { _, _ = k.client(c) }
 
 // credit is how many bytes the kernel may redirect to c for one response:
 // half of what its send buffer can still take (the kernel counts a
 // buffer's skb overhead against it, measured at about 2% for a stream).
 // A redirect into a full socket loses the bytes while the replica is told
 // they were sent (measured on 6.18), so the kernel must never fill it.
-func credit(c *l7.Conn) uint64 {
+func credit(c *datapath.Conn) uint64 {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0

@@ -10,14 +10,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
-// ArmResponse implements l7.ResponseCarrier: before the request goes out,
+// ArmResponse implements datapath.ResponseCarrier: before the request goes out,
 // the replica's end of x.Upstream is armed to carry the response to the
 // client socket, at most credit bytes of it.
-func (k *MsgPath) ArmResponse(x *l7.Exchange) (bool, error) {
+func (k *MsgPath) ArmResponse(x *datapath.Exchange) (bool, error) {
 	slot, _, err := k.slot(x)
 	if err != nil {
 		return false, err
@@ -69,9 +70,9 @@ func (k *MsgPath) ArmResponse(x *l7.Exchange) (bool, error) {
 // themselves pay it.
 const disarmSettle = time.Millisecond
 
-// Disarm implements l7.ResponseCarrier: the same arm with CTL_HANDOFF,
+// Disarm implements datapath.ResponseCarrier: the same arm with CTL_HANDOFF,
 // which the kernel honours only before it carried a byte of the response.
-func (k *MsgPath) Disarm(x *l7.Exchange) bool {
+func (k *MsgPath) Disarm(x *datapath.Exchange) bool {
 	if x.Upstream == nil {
 		return false
 	}
@@ -89,9 +90,9 @@ func (k *MsgPath) Disarm(x *l7.Exchange) bool {
 	return err != nil || (st.Gen == ctl.Gen && st.Redirected > 0)
 }
 
-// AnsweredEarly implements l7.ResponseCarrier: the replica has sent
+// AnsweredEarly implements datapath.ResponseCarrier: the replica has sent
 // something of its response (the kernel saw it, or it waits upstream).
-func (k *MsgPath) AnsweredEarly(x *l7.Exchange) bool {
+func (k *MsgPath) AnsweredEarly(x *datapath.Exchange) bool {
 	u, ok := x.Upstream.Datapath.(*msgUpstream)
 	if !ok {
 		return false
@@ -109,13 +110,13 @@ const stallCheck = time.Second
 // response's last byte, or the bytes the kernel did not carry.
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// AwaitResponse implements l7.ResponseCarrier. The exchange's goroutine
+// AwaitResponse implements datapath.ResponseCarrier. The exchange's goroutine
 // waits in a read of the upstream socket: the kernel carries the response
 // but for its last byte, which it passes there (CTL_TAIL_PASS), and the
 // shim relays it, so it has counted the response done before the client
 // has the whole of it (and can send its next request). The same read sees
 // a FIN, a reset, and every byte the kernel did not carry.
-func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) {
+func (k *MsgPath) AwaitResponse(x *datapath.Exchange) (*http1.ResponseHead, bool, error) {
 	u := x.Upstream.Datapath.(*msgUpstream)
 	_, uc, err := k.slot(x)
 	if err != nil {
@@ -140,7 +141,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 				lastProgress, lastSeen = time.Now(), st.Seen
 			} else if time.Since(lastProgress) > x.Idle {
 				if st.Gen != gen {
-					return nil, false, l7.ErrHeadTimeout
+					return nil, false, http1.ErrHeadTimeout
 				}
 				return nil, false, fmt.Errorf("kernel datapath: response stalled: %w", errIdle)
 			}
@@ -177,7 +178,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 		// EOF or a reset, and no byte with it.
 		switch {
 		case !mine && st.Seen == u.ctl.ArmAt && isReset(rerr):
-			return nil, false, l7.ErrNoResponse
+			return nil, false, datapath.ErrNoResponse
 		case mine && st.Fr.Phase == maps.PhaseUntilClose && errors.Is(rerr, io.EOF):
 			// A body delimited by the close: the replica's last
 			// send completed, carried bytes included, before its FIN.
@@ -193,7 +194,7 @@ func (k *MsgPath) AwaitResponse(x *l7.Exchange) (*l7.ResponseHead, bool, error) 
 // last bytes (st.EndAt is where it ends): got is what the upstream read
 // brought (with err), the rest is read here. The carried bytes are on the
 // client socket already, so the tail lands after them.
-func (k *MsgPath) relayTail(x *l7.Exchange, u *msgUpstream, st maps.SockState, got []byte, err error, uc *byteCounters) (*l7.ResponseHead, bool, error) {
+func (k *MsgPath) relayTail(x *datapath.Exchange, u *msgUpstream, st maps.SockState, got []byte, err error, uc *byteCounters) (*http1.ResponseHead, bool, error) {
 	length := st.EndAt - u.ctl.ArmAt
 	resp := carriedHead(st, length)
 	x.FirstByteAt = k.kernelTime(st.FirstNs)
@@ -238,7 +239,7 @@ func isReset(err error) bool {
 // carriedSoFar is the head of a response the kernel carried, its end
 // not found (it halted, or the body ends with the close), and gives x the
 // kernel's first-byte time and the body bytes it carried.
-func (k *MsgPath) carriedSoFar(x *l7.Exchange, st maps.SockState) *l7.ResponseHead {
+func (k *MsgPath) carriedSoFar(x *datapath.Exchange, st maps.SockState) *http1.ResponseHead {
 	x.FirstByteAt = k.kernelTime(st.FirstNs)
 	x.BodyBytesDown += int64(st.Redirected - st.HeadLen)
 	return carriedHead(st, 0)
@@ -247,17 +248,17 @@ func (k *MsgPath) carriedSoFar(x *l7.Exchange, st maps.SockState) *l7.ResponseHe
 // carriedHead is the response head the kernel parsed (the shim never saw
 // it): what the shim needs of it for its counters and its connections.
 // length is the whole response's, when the kernel found its end (0: not).
-func carriedHead(st maps.SockState, length uint64) *l7.ResponseHead {
-	r := &l7.ResponseHead{Version: "HTTP/1.1", Status: int(st.Status), Reusable: true}
+func carriedHead(st maps.SockState, length uint64) *http1.ResponseHead {
+	r := &http1.ResponseHead{Version: "HTTP/1.1", Status: int(st.Status), Reusable: true}
 	switch {
 	case st.HeadLen > 0 && st.Fr.Phase == maps.PhaseDone && length == st.HeadLen:
-		r.Framing = l7.FramingNone // no body: HEAD, 204, 304, Content-Length: 0
+		r.Framing = http1.FramingNone // no body: HEAD, 204, 304, Content-Length: 0
 	case st.HeadFlags&maps.HeadChunked != 0:
-		r.Framing = l7.FramingChunked
+		r.Framing = http1.FramingChunked
 	case st.HeadFlags&maps.HeadLength != 0:
-		r.Framing, r.ContentLength = l7.FramingLength, int64(st.ContentLength)
+		r.Framing, r.ContentLength = http1.FramingLength, int64(st.ContentLength)
 	default:
-		r.Framing, r.Reusable = l7.FramingClose, false
+		r.Framing, r.Reusable = http1.FramingClose, false
 	}
 	return r
 }
@@ -267,7 +268,7 @@ func carriedHead(st maps.SockState, length uint64) *l7.ResponseHead {
 // fr from where the kernel's parser stopped. The kernel's bytes are on
 // the client socket already (a redirect completes inside the replica's
 // send), so nothing is overtaken.
-func finishInUser(x *l7.Exchange, fr bodyFrame, first []byte, err error) (int64, error) {
+func finishInUser(x *datapath.Exchange, fr bodyFrame, first []byte, err error) (int64, error) {
 	var total int64
 	up := x.Upstream.TCPConn
 	defer up.SetReadDeadline(time.Time{})

@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -39,8 +40,8 @@ type SkbPath struct {
 
 	mu     sync.Mutex
 	peeked map[uint64]peekedHead // by client cookie
-	user1  *l7.UserPath          // exchanges whose upstream cannot join (closed early)
-	userX  map[*l7.Exchange]bool
+	user1  *datapath.UserPath    // exchanges whose upstream cannot join (closed early)
+	userX  map[*datapath.Exchange]bool
 	ups    map[*net.TCPConn]*upstreamState // upstream sockets that joined the SOCKHASH
 	rearms atomic.Uint64                   // responses armed again after an arm lost the race
 
@@ -52,13 +53,13 @@ type SkbPath struct {
 // Close stops its background work (the state stays the caller's).
 func NewSkbPath(st *maps.State) *SkbPath {
 	k := &SkbPath{st: st, counters: newCounters(st), ends: endWaiters{st: st},
-		peeked: map[uint64]peekedHead{}, user1: l7.NewUserPath(), userX: map[*l7.Exchange]bool{},
+		peeked: map[uint64]peekedHead{}, user1: datapath.NewUserPath(), userX: map[*datapath.Exchange]bool{},
 		ups: map[*net.TCPConn]*upstreamState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.sweep()
 	return k
 }
 
-// Name implements l7.Datapath.
+// Name implements datapath.Datapath.
 func (k *SkbPath) Name() string { return "skb" }
 
 // State is the pinned kernel state the path uses.
@@ -106,7 +107,7 @@ func (k *SkbPath) Rearms() uint64 { return k.rearms.Load() }
 // Whatever c has queued is read first into Pending: a segment left half
 // read when a socket joins is verdicted again from its start (measured on
 // 6.18), which would send the read part twice.
-func (k *SkbPath) join(c *l7.Conn, slot uint32) (uint64, error) {
+func (k *SkbPath) join(c *datapath.Conn, slot uint32) (uint64, error) {
 	cookie, err := maps.Cookie(c.TCPConn)
 	if err != nil {
 		return 0, err
@@ -157,7 +158,7 @@ func established(c *net.TCPConn) bool {
 
 // relayRequestUser moves a request body in userspace for an exchange the
 // kernel cannot carry; a client in the SOCKHASH is read without splice.
-func (k *SkbPath) relayRequestUser(x *l7.Exchange, uc *byteCounters) error {
+func (k *SkbPath) relayRequestUser(x *datapath.Exchange, uc *byteCounters) error {
 	cc, err := maps.Cookie(x.Client.TCPConn)
 	if err != nil {
 		return err
@@ -167,10 +168,10 @@ func (k *SkbPath) relayRequestUser(x *l7.Exchange, uc *byteCounters) error {
 	}
 	var n int64
 	switch x.Request.Framing {
-	case l7.FramingLength:
-		fr := bodyFrame{kind: l7.FramingLength, remaining: uint64(x.Request.ContentLength)}
+	case http1.FramingLength:
+		fr := bodyFrame{kind: http1.FramingLength, remaining: uint64(x.Request.ContentLength)}
 		n, err = relayPlain(x.Upstream, x.Client, &fr, x.Idle)
-	case l7.FramingChunked:
+	case http1.FramingChunked:
 		n, err = relayChunked(x.Upstream, x.Client, x.Idle)
 	}
 	x.BodyBytesUp += n
@@ -179,7 +180,7 @@ func (k *SkbPath) relayRequestUser(x *l7.Exchange, uc *byteCounters) error {
 }
 
 // relayPlain forwards a body by framing fr with plain reads and writes.
-func relayPlain(dst, src *l7.Conn, fr *bodyFrame, idle time.Duration) (int64, error) {
+func relayPlain(dst, src *datapath.Conn, fr *bodyFrame, idle time.Duration) (int64, error) {
 	var total int64
 	for {
 		if len(src.Pending) > 0 {
@@ -212,7 +213,7 @@ func relayPlain(dst, src *l7.Conn, fr *bodyFrame, idle time.Duration) (int64, er
 // queued, and returns it with the stream offset after it: the verdict
 // runs under the socket lock, as does a read, so reading the offset before
 // a read that finds the queue empty gives exactly the bytes the shim has.
-func (k *SkbPath) drainSynced(c *l7.Conn, cookie uint64) ([]byte, uint64, error) {
+func (k *SkbPath) drainSynced(c *datapath.Conn, cookie uint64) ([]byte, uint64, error) {
 	var out []byte
 	buf := make([]byte, 64<<10)
 	for {
@@ -260,8 +261,8 @@ func readNow(c *net.TCPConn, buf []byte) (int, error) {
 	return n, nil
 }
 
-// RelayRequestBody implements l7.Datapath.
-func (k *SkbPath) RelayRequestBody(x *l7.Exchange) error {
+// RelayRequestBody implements datapath.Datapath.
+func (k *SkbPath) RelayRequestBody(x *datapath.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
@@ -304,11 +305,11 @@ func (k *SkbPath) RelayRequestBody(x *l7.Exchange) error {
 		return err
 	}
 	switch x.Request.Framing {
-	case l7.FramingLength:
+	case http1.FramingLength:
 		if x.Request.ContentLength > 0 {
 			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
-	case l7.FramingChunked:
+	case http1.FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
@@ -320,7 +321,7 @@ func (k *SkbPath) RelayRequestBody(x *l7.Exchange) error {
 // carryPeeked hands over a client whose first head the shim only peeked:
 // the whole stream is still in the socket, so the verdict drops the head
 // bytes and carries the body after them, from the first byte on.
-func (k *SkbPath) carryPeeked(x *l7.Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
+func (k *SkbPath) carryPeeked(x *datapath.Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
 	// The head is read now (it was only peeked): the verdict then sees the
 	// segment that holds its end again from its start and trims the part
 	// read (by the socket's read position), which keeps that position
@@ -335,10 +336,10 @@ func (k *SkbPath) carryPeeked(x *l7.Exchange, cc uint64, u *upstreamState, slot 
 		if err != nil {
 			return err
 		}
-		if x.Request.Framing == l7.FramingLength && x.Request.ContentLength > 0 {
+		if x.Request.Framing == http1.FramingLength && x.Request.ContentLength > 0 {
 			return k.carryRequestBody(x, ccookie, u, slot, uc)
 		}
-		if x.Request.Framing == l7.FramingChunked {
+		if x.Request.Framing == http1.FramingChunked {
 			n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 			x.BodyBytesUp += n
 			uc.up.Add(uint64(n))
@@ -347,7 +348,7 @@ func (k *SkbPath) carryPeeked(x *l7.Exchange, cc uint64, u *upstreamState, slot 
 		return nil
 	}
 	var length uint64
-	if x.Request.Framing == l7.FramingLength {
+	if x.Request.Framing == http1.FramingLength {
 		length = uint64(x.Request.ContentLength)
 	}
 	w0, err := written(x.Upstream.TCPConn)
@@ -385,7 +386,7 @@ func (k *SkbPath) carryPeeked(x *l7.Exchange, cc uint64, u *upstreamState, slot 
 	switch {
 	case length > 0:
 		return k.waitBody(x, cc, u, ctl, length, w0, ends, uc)
-	case x.Request.Framing == l7.FramingChunked:
+	case x.Request.Framing == http1.FramingChunked:
 		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
 		x.BodyBytesUp += n
 		uc.up.Add(uint64(n))
@@ -405,7 +406,7 @@ func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
 	return err
 }
 
-func (k *SkbPath) carryRequestBody(x *l7.Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
+func (k *SkbPath) carryRequestBody(x *datapath.Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
 	remaining := uint64(x.Request.ContentLength)
 	q, seen, err := k.drainSynced(x.Client, cc)
 	if err != nil {
@@ -445,7 +446,7 @@ func (k *SkbPath) carryRequestBody(x *l7.Exchange, cc uint64, u *upstreamState, 
 
 // waitBody waits until the kernel carried the body armed by ctl, of
 // remaining bytes, forwarding itself whatever the verdict passes instead.
-func (k *SkbPath) waitBody(x *l7.Exchange, cc uint64, u *upstreamState, ctl maps.SockCtl, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
+func (k *SkbPath) waitBody(x *datapath.Exchange, cc uint64, u *upstreamState, ctl maps.SockCtl, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
 	gen := ctl.Gen
 	var carried, user uint64
 	var buf []byte // only for bytes passed instead of carried
@@ -536,12 +537,12 @@ func (k *SkbPath) waitBody(x *l7.Exchange, cc uint64, u *upstreamState, ctl maps
 
 var errIdle = errors.New("idle timeout")
 
-// RelayResponseBody implements l7.Datapath. The upstream connection may be
+// RelayResponseBody implements datapath.Datapath. The upstream connection may be
 // pooled afterwards (x.Response.Reusable stays as the head said) only when
 // the exchange ended exactly at the response's end: every byte the
 // verdict saw is accounted for, nothing stray arrived, and the request
 // body the kernel carried has landed (kernel_pool.go).
-func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
+func (k *SkbPath) RelayResponseBody(x *datapath.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
@@ -550,7 +551,7 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	x.Response.Reusable = false
 	fr := frameOf(x.Response)
 	switch x.Response.Framing {
-	case l7.FramingNone:
+	case http1.FramingNone:
 		k.mu.Lock()
 		delete(k.userX, x)
 		k.mu.Unlock()
@@ -621,7 +622,7 @@ func (k *SkbPath) RelayResponseBody(x *l7.Exchange) error {
 	if drainErr != nil {
 		// The cut that follows ends the client's stream where these
 		// bytes left it.
-		if fr.kind == l7.FramingChunked {
+		if fr.kind == http1.FramingChunked {
 			x.NoteResponseFrame(fr.chunks)
 		}
 		return drainErr
@@ -792,7 +793,7 @@ const maxRearms = 16
 // the carried bytes have landed, the client leaves the SOCKHASH (it cannot
 // have sent anything yet: it is still waiting for this tail), then the
 // shim writes the tail.
-func (k *SkbPath) finishTail(x *l7.Exchange, cc, w0, carried uint64, tail []byte, uc *byteCounters) error {
+func (k *SkbPath) finishTail(x *datapath.Exchange, cc, w0, carried uint64, tail []byte, uc *byteCounters) error {
 	x.BodyBytesDown += int64(carried)
 	if err := waitWritten(x.Client.TCPConn, w0+carried, x.Idle); err != nil {
 		return err
@@ -813,7 +814,7 @@ func (k *SkbPath) finishTail(x *l7.Exchange, cc, w0, carried uint64, tail []byte
 // seen nothing from it past its request (so nothing passed sits unread in
 // the psock, which leaving would free). Otherwise (pipelined bytes, a
 // chunked request) it stays in, in pass mode, as before.
-func (k *SkbPath) detachClient(x *l7.Exchange, cc uint64) error {
+func (k *SkbPath) detachClient(x *datapath.Exchange, cc uint64) error {
 	if len(x.Client.Pending) > 0 {
 		return nil
 	}
@@ -854,8 +855,8 @@ var errPipelinedLost = errors.New("kernel datapath: client bytes arrived while l
 // carry, with plain reads and writes: a socket in a sockmap must not be
 // spliced (splice reads the TCP queue, which the verdict empties). Bytes
 // past the body stay in src.Pending.
-func relayChunked(dst, src *l7.Conn, idle time.Duration) (int64, error) {
-	return l7.RelayChunked(dst, src, idle, false, false)
+func relayChunked(dst, src *datapath.Conn, idle time.Duration) (int64, error) {
+	return datapath.RelayChunked(dst, src, idle, false, false)
 }
 
-var _ l7.Datapath = (*SkbPath)(nil)
+var _ datapath.Datapath = (*SkbPath)(nil)

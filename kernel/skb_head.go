@@ -3,14 +3,15 @@ package kernel
 import (
 	"time"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 
 	"github.com/lmwarden/lmwarden/maps"
 )
 
-// WaitHead implements l7.HeadWaiter: a client that left the SOCKHASH after
+// WaitHead implements datapath.HeadWaiter: a client that left the SOCKHASH after
 // its response (finishTail) gets its next head peeked, as a first one.
-func (k *SkbPath) WaitHead(c *l7.Conn) (bool, error) {
+func (k *SkbPath) WaitHead(c *datapath.Conn) (bool, error) {
 	cookie, err := maps.Cookie(c.TCPConn)
 	if err != nil || k.st.SocketInMap(cookie) {
 		return false, nil
@@ -25,8 +26,8 @@ type peekedHead struct {
 	at   time.Time
 }
 
-// ReadFirstHead implements l7.HeadReader: it peeks the head.
-func (k *SkbPath) ReadFirstHead(c *l7.Conn) (*l7.Head, []byte, error) {
+// ReadFirstHead implements datapath.HeadReader: it peeks the head.
+func (k *SkbPath) ReadFirstHead(c *datapath.Conn) (*http1.Head, []byte, error) {
 	cookie, err := maps.Cookie(c.TCPConn)
 	if err != nil {
 		return nil, nil, err
@@ -34,13 +35,13 @@ func (k *SkbPath) ReadFirstHead(c *l7.Conn) (*l7.Head, []byte, error) {
 	if k.st.SocketInMap(cookie) {
 		// A keep-alive client still in the SOCKHASH: the verdict passes
 		// its next head; read it.
-		return l7.ReadHead(c.TCPConn, c.Pending)
+		return http1.ReadHead(c.TCPConn, c.Pending)
 	}
 	pr, err := newPeekReader(c.TCPConn)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, _, err := l7.ReadHead(pr, nil)
+	h, _, err := http1.ReadHead(pr, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // Upstream connections in kernel mode stay in the SOCKHASH from their
@@ -25,7 +25,7 @@ type upstreamState struct {
 	gen    uint32 // the last RESPONSE arm's gen (the shim alone writes sock_ctls)
 	// armedFor is the exchange whose response that arm carries: a pooled
 	// connection keeps its last exchange's arm until the next one.
-	armedFor *l7.Exchange
+	armedFor *datapath.Exchange
 	// want is the written-byte count the last carried request body
 	// reaches once the kernel's bytes have landed (0: nothing pending);
 	// checked before the connection is pooled, off the first byte's path.
@@ -34,7 +34,7 @@ type upstreamState struct {
 
 // joinUpstream puts an upstream socket into the SOCKHASH once, in pass
 // mode, and remembers it: a pooled one comes back already in.
-func (k *SkbPath) joinUpstream(c *l7.Conn, slot uint32) (*upstreamState, error) {
+func (k *SkbPath) joinUpstream(c *datapath.Conn, slot uint32) (*upstreamState, error) {
 	if u := k.upstream(c); u != nil {
 		return u, nil
 	}
@@ -50,7 +50,7 @@ func (k *SkbPath) joinUpstream(c *l7.Conn, slot uint32) (*upstreamState, error) 
 }
 
 // upstream returns the state of c if it joined the SOCKHASH, else nil.
-func (k *SkbPath) upstream(c *l7.Conn) *upstreamState {
+func (k *SkbPath) upstream(c *datapath.Conn) *upstreamState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.ups[c.TCPConn]
@@ -78,7 +78,7 @@ func (k *SkbPath) forgetClosedUpstreams() {
 // the upstream have all been queued there, so that the next request head
 // the shim writes on this connection cannot overtake them. Once the
 // response has ended they have, in practice; the wait is a safety net.
-func (k *SkbPath) landed(x *l7.Exchange, u *upstreamState) bool {
+func (k *SkbPath) landed(x *datapath.Exchange, u *upstreamState) bool {
 	want := u.want
 	u.want = 0
 	if want == 0 {
@@ -91,7 +91,7 @@ func (k *SkbPath) landed(x *l7.Exchange, u *upstreamState) bool {
 // reads: the userspace fallback for an upstream that sits in the SOCKHASH
 // (pooled), whose bytes splice(2) cannot see (the verdict moves them off
 // the TCP queue).
-func relayResponsePlain(x *l7.Exchange, fr bodyFrame) (int64, error) {
+func relayResponsePlain(x *datapath.Exchange, fr bodyFrame) (int64, error) {
 	n, err := relayPlain(x.Client, x.Upstream, &fr, x.Idle)
 	if fr.untilClose() && errors.Is(err, io.ErrUnexpectedEOF) {
 		err = nil // the close ends this body

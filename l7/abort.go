@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,17 +43,17 @@ func (r abortReason) String() string {
 type aborter struct {
 	mu     sync.Mutex
 	reason atomic.Int32
-	up     *Conn // the replica connection to close
+	up     *datapath.Conn // the replica connection to close
 	// What a kernel datapath said of the response when it was stopped
 	// (cut.go), asked once, before the replica connection closed.
-	cut                         CutState
+	cut                         datapath.CutState
 	cutAsked, cutDone, cutKnown bool
 }
 
 // setUpstream records the exchange's current replica connection (it
 // changes when a dead pooled one is replaced); one set after an abort is
 // closed at once.
-func (a *aborter) setUpstream(c *Conn) {
+func (a *aborter) setUpstream(c *datapath.Conn) {
 	a.mu.Lock()
 	a.up = c
 	aborted := a.reason.Load() != 0
@@ -107,7 +108,7 @@ const stallCheck = 500 * time.Millisecond
 
 // trackExchange records x as in flight (or no longer), for the stall
 // check.
-func (s *Shim) trackExchange(x *Exchange, on bool) {
+func (s *Shim) trackExchange(x *exchange, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if on {
@@ -134,7 +135,7 @@ func (s *Shim) watchStalls(done <-chan struct{}) {
 		case <-t.C:
 		}
 		s.mu.Lock()
-		var check []*Exchange
+		var check []*exchange
 		for x := range s.inflight {
 			check = append(check, x)
 		}
@@ -161,7 +162,7 @@ func (s *Shim) watchStalls(done <-chan struct{}) {
 // quietFor is how long the exchange has sent its client nothing: since it
 // began, or since the last data the client socket sent (the kernel's
 // count, so a response the kernel carries counts too).
-func quietFor(x *Exchange) time.Duration {
+func quietFor(x *exchange) time.Duration {
 	age := time.Since(x.began)
 	rc, err := x.Client.SyscallConn()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -49,15 +50,15 @@ func TestParkedRequestIsPlacedAfterTheAdmissionTimeout(t *testing.T) {
 	}
 	// The response says how long the request waited at the warden: at
 	// least the 100 ms timeout, and less than the test's whole run.
-	waited, err := strconv.ParseFloat(resp.Header.Get(ParkedHeader), 64)
+	waited, err := strconv.ParseFloat(resp.Header.Get(http1.ParkedHeader), 64)
 	if err != nil || waited < 0.1 || waited > 30 {
-		t.Fatalf("%s: %q, want the wait in seconds (about 0.1)", ParkedHeader, resp.Header.Get(ParkedHeader))
+		t.Fatalf("%s: %q, want the wait in seconds (about 0.1)", http1.ParkedHeader, resp.Header.Get(http1.ParkedHeader))
 	}
 	// A request that was not parked (no session id: admission never
 	// parks it) carries no such header.
 	c.send(t, messagesRequest("", []string{"hello"}, ""))
-	if resp, _ := c.response(t); resp.StatusCode != 200 || resp.Header.Get(ParkedHeader) != "" {
-		t.Fatalf("unparked request: status %d, %s %q, want 200 and none", resp.StatusCode, ParkedHeader, resp.Header.Get(ParkedHeader))
+	if resp, _ := c.response(t); resp.StatusCode != 200 || resp.Header.Get(http1.ParkedHeader) != "" {
+		t.Fatalf("unparked request: status %d, %s %q, want 200 and none", resp.StatusCode, http1.ParkedHeader, resp.Header.Get(http1.ParkedHeader))
 	}
 }
 

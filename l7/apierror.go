@@ -2,6 +2,7 @@ package l7
 
 import (
 	"encoding/json"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"strconv"
 	"strings"
 )
@@ -21,7 +22,7 @@ const (
 	apiOpenAI                    // /v1/chat/completions, /v1/completions, ...
 )
 
-func shapeOf(h *Head) apiShape {
+func shapeOf(h *http1.Head) apiShape {
 	if h == nil {
 		return apiNone
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -136,7 +138,7 @@ func BenchmarkStreamCPU(b *testing.B) {
 			b.ReportMetric(cpu[0].Seconds()/gb, "direct-cpu-s/GB")
 			b.ReportMetric(cpu[1].Seconds()/gb, "warden-cpu-s/GB")
 			b.ReportMetric((cpu[1]-cpu[0]).Seconds()/gb, "added-cpu-s/GB")
-			if u, ok := shim.Datapath().(*UserPath); ok {
+			if u, ok := shim.Datapath().(*datapath.UserPath); ok {
 				var down uint64
 				for _, c := range u.Counts() {
 					down += c.Down
@@ -158,7 +160,7 @@ func chunkedStreamer(total, chunk int) func(net.Conn) {
 	}
 	frame := append(append([]byte(fmt.Sprintf("%x\r\n", chunk)), data...), "\r\n"...)
 	return func(c net.Conn) {
-		if _, _, err := ReadHead(c, nil); err != nil {
+		if _, _, err := http1.ReadHead(c, nil); err != nil {
 			return
 		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")

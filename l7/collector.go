@@ -3,6 +3,7 @@ package l7
 import (
 	"strconv"
 
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -78,7 +79,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descConnsShed, prometheus.CounterValue, float64(st.Shed[b]), b)
 		}
 	}
-	seen := map[*UserPath]bool{}
+	seen := map[*datapath.UserPath]bool{}
 	for _, s := range c.shims {
 		model := s.placer.Name()
 		st := s.Stats()
@@ -94,7 +95,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for code, n := range codes {
 			ch <- prometheus.MustNewConstMetric(descShimAnswered, prometheus.CounterValue, float64(n), model, strconv.Itoa(code))
 		}
-		u, ok := s.dp.(*UserPath)
+		u, ok := s.dp.(*datapath.UserPath)
 		if !ok || seen[u] {
 			continue
 		}
@@ -107,9 +108,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if rc, ok := o.placer.(replicaCounter); ok {
 				for i := range rc.Replicas() {
-					k := ReplicaKey{Model: o.placer.Name(), Replica: i}
+					k := datapath.ReplicaKey{Model: o.placer.Name(), Replica: i}
 					if _, ok := counts[k]; !ok {
-						counts[k] = ByteCounts{}
+						counts[k] = datapath.ByteCounts{}
 					}
 				}
 			}

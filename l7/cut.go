@@ -3,6 +3,8 @@ package l7
 import (
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"io"
 	"strings"
 	"syscall"
@@ -24,37 +26,20 @@ import (
 // carried the response (sk_msg, sk_skb) the kernel's parser, which the
 // datapath reads back after it stopped the kernel (ResponseCutter).
 
-// ResponseCutter is implemented by a kernel Datapath.
-type ResponseCutter interface {
-	// CutResponse stops the kernel from carrying any more of x's response
-	// to the client, waits until what it carried has reached the client's
-	// socket, and says what the client got. known is false when the
-	// kernel did not carry this response's last bytes (the shim relayed
-	// them: its own state holds).
-	CutResponse(x *Exchange) (cs CutState, known bool)
-}
-
-// CutState is what a client got of a response that was cut.
-type CutState struct {
-	Began      bool // the response head reached it
-	Chunked    bool // the body is chunked
-	AtBoundary bool // the bytes it got end between two chunks
-}
-
 // atChunkBoundary reports a parser between two chunks (a chunk may follow).
-func atChunkBoundary(p *ChunkedBody) bool {
-	return p.Phase == ChunkSize && p.Count == 0 && p.Line == 0
+func atChunkBoundary(p *http1.ChunkedBody) bool {
+	return p.Phase == http1.ChunkSize && p.Count == 0 && p.Line == 0
 }
 
 // cutState is what the shim itself knows of x's response, with what a
 // kernel datapath says of the bytes it carried.
-func (s *Shim) cutState(x *Exchange) CutState {
-	cs := CutState{Began: x.responseBegan}
+func (s *Shim) cutState(x *exchange) datapath.CutState {
+	cs := datapath.CutState{Began: x.responseBegan}
 	if x.Response != nil {
-		cs.Chunked = x.Response.Framing == FramingChunked
+		cs.Chunked = x.Response.Framing == http1.FramingChunked
 	}
-	if x.respFrameValid {
-		cs.AtBoundary = cs.Chunked && atChunkBoundary(&x.respFrame)
+	if p, ok := x.ResponseFrame(); ok {
+		cs.AtBoundary = cs.Chunked && atChunkBoundary(&p)
 	}
 	if kc, known := x.recordedCut(); known {
 		cs.Began = cs.Began || kc.Began
@@ -66,8 +51,8 @@ func (s *Shim) cutState(x *Exchange) CutState {
 // recordCut asks a kernel datapath, once, to stop carrying x's response
 // and say where it stands, before x's replica connection closes: closing
 // it drops the kernel's record of the connection.
-func (s *Shim) recordCut(x *Exchange) {
-	c, ok := s.dp.(ResponseCutter)
+func (s *Shim) recordCut(x *exchange) {
+	c, ok := s.dp.(datapath.ResponseCutter)
 	if !ok {
 		return
 	}
@@ -78,21 +63,21 @@ func (s *Shim) recordCut(x *Exchange) {
 	}
 	x.cutAsked = true
 	x.mu.Unlock()
-	cs, known := c.CutResponse(x)
+	cs, known := c.CutResponse(&x.Exchange)
 	x.mu.Lock()
 	x.cut, x.cutKnown, x.cutDone = cs, known, true
 	x.mu.Unlock()
 }
 
 // recordedCut is what recordCut learnt (known false: nothing, or not yet).
-func (x *Exchange) recordedCut() (CutState, bool) {
+func (x *exchange) recordedCut() (datapath.CutState, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.cut, x.cutDone && x.cutKnown
 }
 
 // cutRecorded reports whether recordCut ran for x (the kernel is stopped).
-func (x *Exchange) cutRecorded() bool {
+func (x *exchange) cutRecorded() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.cutDone
@@ -101,7 +86,7 @@ func (x *Exchange) cutRecorded() bool {
 // endCutStream ends the client's side of a response that was cut by the
 // replica side (cause), with the API's error event where it can; it
 // reports whether it sent one. The connection closes after it either way.
-func (s *Shim) endCutStream(x *Exchange, cause error) bool {
+func (s *Shim) endCutStream(x *exchange, cause error) bool {
 	cs := s.cutState(x)
 	a := shapeOf(x.Request)
 	if !cs.Began || a == apiNone || !s.streamed(x, cs) {
@@ -113,7 +98,7 @@ func (s *Shim) endCutStream(x *Exchange, cause error) bool {
 	switch {
 	case cs.Chunked && cs.AtBoundary:
 		_, err = x.Client.WriteAll(time.Second, chunk(ev), []byte("0\r\n\r\n"))
-	case !cs.Chunked && x.Response != nil && x.Response.Framing == FramingClose:
+	case !cs.Chunked && x.Response != nil && x.Response.Framing == http1.FramingClose:
 		_, err = x.Client.WriteAll(time.Second, ev)
 	default:
 		return false
@@ -124,7 +109,7 @@ func (s *Shim) endCutStream(x *Exchange, cause error) bool {
 // streamed reports a response of server-sent events: the head said so, or
 // (a head only the kernel read) a chunked body on a streaming API path:
 // vLLM answers non-streamed requests with a Content-Length.
-func (s *Shim) streamed(x *Exchange, cs CutState) bool {
+func (s *Shim) streamed(x *exchange, cs datapath.CutState) bool {
 	if x.Response != nil && x.Response.Headers != nil {
 		for _, f := range x.Response.Headers {
 			if strings.EqualFold(f.Name, "Content-Type") {
@@ -137,7 +122,7 @@ func (s *Shim) streamed(x *Exchange, cs CutState) bool {
 }
 
 // cutCause says why the stream ended, for the client and the log.
-func cutCause(x *Exchange, err error) string {
+func cutCause(x *exchange, err error) string {
 	if r := x.aborted(); r != notAborted {
 		return r.String()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // scripted is a keep-alive HTTP/1.1 "replica" that answers each request
@@ -27,14 +28,14 @@ type scripted struct {
 	requests atomic.Int64 // request heads read
 }
 
-func mustScripted(tb testing.TB, answer func(h *Head, body []byte) string) *scripted {
+func mustScripted(tb testing.TB, answer func(h *http1.Head, body []byte) string) *scripted {
 	tb.Helper()
 	s := &scripted{}
 	s.url = rawUpstream(tb, func(c net.Conn) {
 		s.accepted.Add(1)
 		br := bufio.NewReader(c)
 		for {
-			h, rest, err := ReadHead(br, nil)
+			h, rest, err := http1.ReadHead(br, nil)
 			if err != nil {
 				return
 			}
@@ -44,17 +45,17 @@ func mustScripted(tb testing.TB, answer func(h *Head, body []byte) string) *scri
 			r := io.MultiReader(strings.NewReader(string(rest)), br)
 			var body []byte
 			switch h.Framing {
-			case FramingLength:
+			case http1.FramingLength:
 				body = make([]byte, h.ContentLength)
 				if _, err := io.ReadFull(r, body); err != nil {
 					return
 				}
-			case FramingChunked:
+			case http1.FramingChunked:
 				if body, err = readChunkedBody(bufio.NewReader(r)); err != nil {
 					return
 				}
 			}
-			if len(rest) > len(body) && h.Framing != FramingChunked {
+			if len(rest) > len(body) && h.Framing != http1.FramingChunked {
 				return // pipelining to a replica: not expected from the shim
 			}
 			resp := answer(h, body)

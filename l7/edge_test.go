@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -145,7 +147,7 @@ func TestClientClosingMidBodyReleasesEverything(t *testing.T) {
 }
 
 func TestChunkedRequestWithExtensionsAndTrailersReachesTheReplicaIntact(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		sum := sha256.Sum256(body)
 		return lengthResponse(hex.EncodeToString(sum[:]))
 	})
@@ -194,7 +196,7 @@ func TestLargeBodiesAreRelayedByteForByte(t *testing.T) {
 		b.WriteString("0\r\n\r\n")
 		return b.String()
 	}()
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		switch h.Target {
 		case "/echo-sum":
 			s := sha256.Sum256(body)
@@ -223,7 +225,7 @@ func TestLargeBodiesAreRelayedByteForByte(t *testing.T) {
 }
 
 func TestUnusualResponsesKeepTheClientConnectionInStep(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		switch h.Target {
 		case "/204":
 			return "HTTP/1.1 204 No Content\r\nX-Kind: 204\r\n\r\n"
@@ -319,7 +321,7 @@ func TestReplicaDyingMidLengthBodyTruncatesTheClient(t *testing.T) {
 }
 
 func TestConnectionCloseFromEitherSide(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		if h.Target == "/closing" {
 			return lengthResponse("bye", "Connection: close\r\n")
 		}
@@ -385,7 +387,7 @@ func TestExpectContinueFromHTTP10ClientGetsNoInterimResponse(t *testing.T) {
 }
 
 func TestHTTP10ClientGetsNoInterimResponseFromTheReplica(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		return "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + lengthResponse("final")
 	})
 	m := mustModel(t, modelConfig(up.url))
@@ -420,7 +422,7 @@ func TestHTTP10KeepAliveClientGetsAStreamEndedByTheClose(t *testing.T) {
 }
 
 func TestReplicaAnswerToAnOversizedBodyReachesTheClient(t *testing.T) {
-	if _, user := defaultDatapath().(*UserPath); !user {
+	if _, user := defaultDatapath().(*datapath.UserPath); !user {
 		// The kernel datapath carries the body in the kernel and does not
 		// read the replica socket when that relay fails: the client gets
 		// a 502 instead of the replica's own error.
@@ -537,7 +539,7 @@ func TestPipelinedMixedRequestsAreAnsweredInOrder(t *testing.T) {
 }
 
 func TestRequestsPipelinedAfterConnectionCloseAreNotServed(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string { return lengthResponse(h.Target) })
+	up := mustScripted(t, func(h *http1.Head, body []byte) string { return lengthResponse(h.Target) })
 	m := mustModel(t, modelConfig(up.url))
 	_, addr := mustShim(t, m, Options{})
 	c := mustDial(t, addr)
@@ -630,14 +632,14 @@ func TestVeryLongSessionIDsAreWholeAndStillSticky(t *testing.T) {
 	}
 	// Past the head limit it is a 431, not a crash or a truncated id.
 	c := mustDial(t, addr)
-	c.send(t, messagesRequest(strings.Repeat("x", MaxHeadBytes), []string{"hi"}, ""))
+	c.send(t, messagesRequest(strings.Repeat("x", http1.MaxHeadBytes), []string{"hi"}, ""))
 	if resp, _ := c.response(t); resp.StatusCode != 431 {
 		t.Fatalf("status %d, want 431", resp.StatusCode)
 	}
 }
 
 func TestMisbehavingReplicaResponsesGet502OrAreNotReused(t *testing.T) {
-	up := mustScripted(t, func(h *Head, body []byte) string {
+	up := mustScripted(t, func(h *http1.Head, body []byte) string {
 		switch h.Target {
 		case "/upgrade":
 			return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
@@ -858,7 +860,7 @@ func TestClientLeavingAfterTheWholeStreamWasSentIsCounted(t *testing.T) {
 }
 
 func TestHalfClosedClientsStillGetTheirAnswer(t *testing.T) {
-	if _, user := defaultDatapath().(*UserPath); !user {
+	if _, user := defaultDatapath().(*datapath.UserPath); !user {
 		// The kernel datapath fails about one exchange in 200 here: a FIN
 		// that lands between its check that the client is established
 		// and the client's insertion into the SOCKHASH makes that

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net/http"
 	"testing"
 )
@@ -43,6 +44,6 @@ func PoolIdle(s *Shim, addr string) int { return s.pool.Idle(addr) }
 // SetTestDefaults makes every shim built with a nil Datapath use dp, and
 // every pool such a shim makes dial with dial (the suite over a kernel
 // datapath).
-func SetTestDefaults(dp func() Datapath, dial DialFunc) {
+func SetTestDefaults(dp func() datapath.Datapath, dial DialFunc) {
 	defaultDatapath, defaultDial = dp, dial
 }

@@ -11,19 +11,21 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // exchange serves one request whose head h was read from client: place it,
 // connect, write the head, relay the body, the response head and the
 // response body. It reports whether the client connection may carry
 // another request.
-func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
+func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
 	// A body that has not arrived whole with its head does not steer
 	// placement until it has (agent.Request.BodyPending).
-	bodyPending := h.Framing == FramingChunked || (h.Framing == FramingLength && int64(len(client.Pending)) < h.ContentLength)
+	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
 	p, wait, err := s.placer.Admit(agent.Request{
 		SessionID:    key.SessionID,
 		PinnedHeader: key.PinnedHeader,
@@ -32,7 +34,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		Source:       remoteAddr(client.TCPConn),
 		Now:          start,
 	})
-	client.mark("placed")
+	client.Mark("placed")
 	var parked time.Duration
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
@@ -68,10 +70,10 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		s.rejectWhy(client, 502, h, fmt.Sprintf("could not connect to replica %d: %v", p.Replica, err))
 		return false
 	}
-	client.mark("conn")
-	x := &Exchange{
-		Model: s.placer.Name(), Replica: p.Replica,
-		Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout, parked: parked, began: start,
+	client.Mark("conn")
+	x := &exchange{
+		Exchange: datapath.Exchange{Model: s.placer.Name(), Replica: p.Replica, Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout},
+		parked:   parked, began: start,
 	}
 	x.setUpstream(up)
 	s.trackExchange(x, true)
@@ -88,7 +90,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 			if cs, known := x.recordedCut(); known && cs.Began {
 				status, x.responseBegan = 0, true
 			}
-		} else if rc, ok := s.dp.(ResponseCarrier); ok && rc.Disarm(x) {
+		} else if rc, ok := s.dp.(datapath.ResponseCarrier); ok && rc.Disarm(&x.Exchange) {
 			status, x.responseBegan = 0, true
 		}
 	}
@@ -122,7 +124,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 		// The client has the replica's head as it was, without the
 		// Connection: close a drain that began meanwhile would have
 		// added: it may send its next request, which the drain answers.
-		return h.KeepAlive && x.Response.Framing != FramingClose
+		return h.KeepAlive && x.Response.Framing != http1.FramingClose
 	}
 	// What the head told the client, not the shim's state now: closing a
 	// connection whose client was told it stays open races its next
@@ -133,7 +135,7 @@ func (s *Shim) exchange(client *Conn, h *Head) (keepAlive bool) {
 // failed ends an exchange that failed: the shim's own answer (status), or
 // the API's error event on a stream that was cut on the replica's side,
 // and a log line that says which side failed, naming the replica.
-func (s *Shim) failed(x *Exchange, p agent.Placement, status int, start time.Time, err error) {
+func (s *Shim) failed(x *exchange, p agent.Placement, status int, start time.Time, err error) {
 	client, h := x.Client, x.Request
 	gone := errors.Is(err, errClientGone)
 	evented := false
@@ -162,7 +164,7 @@ func (s *Shim) failed(x *Exchange, p agent.Placement, status int, start time.Tim
 }
 
 // failureReason says, for the client, why the shim answers status.
-func (s *Shim) failureReason(x *Exchange, status int, err error) string {
+func (s *Shim) failureReason(x *exchange, status int, err error) string {
 	switch {
 	case x.aborted() == abortUnhealthy:
 		return fmt.Sprintf("replica %d stopped answering (marked unhealthy)", x.Replica)
@@ -201,7 +203,7 @@ const parkedPoll = 50 * time.Millisecond
 // leaving by itself: the client may only have half-closed. An HTTP/1.1
 // client is sent "100 Continue" then, which a closed socket answers with
 // a reset; an HTTP/1.0 one is found out when its answer is written.
-func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Placement, error) {
+func (s *Shim) awaitAdmission(client *datapath.Conn, w *agent.Wait, h *http1.Head) (agent.Placement, error) {
 	s.stats.parked.Add(1)
 	timer := time.NewTimer(time.Until(w.Deadline))
 	defer timer.Stop()
@@ -231,7 +233,7 @@ func (s *Shim) awaitAdmission(client *Conn, w *agent.Wait, h *Head) (agent.Place
 // sent yet) moves the request to the next-best replica once, through
 // Model.Retry, which updates *p; a failed Retry releases the request itself
 // (*released = true: no Done).
-func (s *Shim) connect(p *agent.Placement, released *bool) (*Conn, bool, error) {
+func (s *Shim) connect(p *agent.Placement, released *bool) (*datapath.Conn, bool, error) {
 	ctx := context.Background()
 	up, reused, err := s.pool.Get(ctx, p.Addr)
 	if err == nil {
@@ -251,7 +253,7 @@ func (s *Shim) connect(p *agent.Placement, released *bool) (*Conn, bool, error) 
 // relay moves one exchange once the upstream connection is up. On error it
 // returns the status the shim should still answer with (0: none, the
 // client is gone or has already seen part of the response).
-func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) {
+func (s *Shim) relay(x *exchange, p *agent.Placement, reused bool) (int, error) {
 	client, h := x.Client, x.Request
 	if h.ExpectContinue {
 		// The shim stripped Expect and is ready for the body now.
@@ -261,7 +263,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	}
 	// A datapath that carries whole responses is armed before the request
 	// goes out, when the client may get the replica's head as it is.
-	carrier, _ := s.dp.(ResponseCarrier)
+	carrier, _ := s.dp.(datapath.ResponseCarrier)
 	armed := false
 	arm := func() error {
 		armed = false
@@ -269,7 +271,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			return nil
 		}
 		var err error
-		if armed, err = carrier.ArmResponse(x); armed {
+		if armed, err = carrier.ArmResponse(&x.Exchange); armed {
 			s.trackArmed(x, true)
 		}
 		return err
@@ -279,14 +281,14 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			s.trackArmed(x, false)
 		}
 	}()
-	head := upstreamHead(h, p.RankHeader, p.Addr)
+	head := http1.UpstreamHead(h, p.RankHeader, p.Addr)
 	// Body bytes that came with the head go out in the same writev.
 	var early int
-	if h.Framing == FramingLength {
+	if h.Framing == http1.FramingLength {
 		early = int(min(int64(len(client.Pending)), h.ContentLength))
 	}
 	err := arm()
-	client.mark("armed")
+	client.Mark("armed")
 	if err == nil {
 		_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
 	}
@@ -309,16 +311,16 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	// sent stays valid until the next read into the client buffer, which
 	// only happens after this exchange (the watch reads into its own).
 	sent := client.Pending[:early]
-	replayable := h.Framing == FramingNone || (h.Framing == FramingLength && int64(early) == h.ContentLength)
+	replayable := h.Framing == http1.FramingNone || (h.Framing == http1.FramingLength && int64(early) == h.ContentLength)
 	client.Pending = client.Pending[early:]
 	x.BodyBytesUp = int64(early)
-	if h.Framing == FramingLength {
+	if h.Framing == http1.FramingLength {
 		x.Request = withLength(h, h.ContentLength-int64(early))
 	}
-	client.mark("written")
+	client.Mark("written")
 	if err := s.relayRequestBody(x, p); err != nil {
 		x.Request = h
-		if errors.Is(err, errBadChunk) || errors.Is(err, errLineTooLong) {
+		if errors.Is(err, http1.ErrBadChunk) || errors.Is(err, datapath.ErrLineTooLong) {
 			return 400, err // the client's framing is broken
 		}
 		if x.aborted() == abortBody || !time.Now().Before(x.BodyDeadline) {
@@ -335,10 +337,10 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 
 	// A kernel-carried response reaches the client without the shim: the
 	// watch disarms it before it writes a 100 Continue probe.
-	client.mark("body")
+	client.Mark("body")
 	watch := watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
 	resp, carried, err := s.awaitResponse(x, watch, armed)
-	if err != nil && reused && replayable && errors.Is(err, errNoResponse) {
+	if err != nil && reused && replayable && errors.Is(err, datapath.ErrNoResponse) {
 		// The replica closed a pooled connection instead of answering:
 		// it was closing it as idle when the request arrived and never
 		// processed it (Go's http.Transport retries this case too). The
@@ -375,12 +377,12 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 			x.responseBegan = true
 			return 0, err // the client has part of the response
 		}
-		if errors.Is(err, ErrHeadTimeout) {
+		if errors.Is(err, http1.ErrHeadTimeout) {
 			return 504, err
 		}
 		return 502, err
 	}
-	client.mark("response")
+	client.Mark("response")
 	x.Response = resp
 	if x.earlyAnswer {
 		resp.Reusable = false // the rest of the request never went there
@@ -394,7 +396,7 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 		if x.headAt.IsZero() {
 			x.headAt = time.Now()
 		}
-		x.Upstream.stampRead, x.Upstream.readAt = false, time.Time{}
+		x.Upstream.StampNextRead(false)
 		if watch.stop() {
 			return 0, errClientGone
 		}
@@ -406,20 +408,20 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	// body itself. A kernel datapath reads only what its verdict passes
 	// (a response's tail, say), so its reads say nothing of the first
 	// byte: the head's time stands there.
-	_, userPath := s.dp.(*UserPath)
+	_, userPath := s.dp.(*datapath.UserPath)
 	x.headAt = time.Now()
-	x.Upstream.stampRead, x.Upstream.readAt = len(x.Upstream.Pending) == 0 && (userPath || dechunk), time.Time{}
+	x.Upstream.StampNextRead(len(x.Upstream.Pending) == 0 && (userPath || dechunk))
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
-	if err := watch.writeHead(s.opts.BodyTimeout, withParked(clientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
+	if err := watch.writeHead(s.opts.BodyTimeout, http1.WithParked(http1.ClientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
 		watch.stop()
 		return 0, errClientGone
 	}
 	x.responseBegan, x.keepAliveSent = true, keep
 	x.Idle = s.opts.ResponseTimeout
 	if dechunk {
-		err = relayDechunked(x)
+		err = relayDechunked(&x.Exchange)
 	} else {
-		err = s.dp.RelayResponseBody(x)
+		err = s.dp.RelayResponseBody(&x.Exchange)
 	}
 	// A relay that failed on a client socket the client reset may return
 	// before the watch has read that reset: the client left, the replica
@@ -433,23 +435,32 @@ func (s *Shim) relay(x *Exchange, p *agent.Placement, reused bool) (int, error) 
 	return 0, nil
 }
 
+// relayDechunked relays a chunked response body as plain data, for an
+// HTTP/1.0 client that cannot parse chunks; the shim does this itself,
+// whatever the datapath, and closes the client connection after it.
+func relayDechunked(x *datapath.Exchange) error {
+	n, err := datapath.RelayChunked(x.Client, x.Upstream, x.Idle, true, true)
+	x.BodyBytesDown += n
+	return err
+}
+
 // relayRequestBody hands the body to the datapath within the body
 // deadline: the userspace copy bounds its reads of the client with it,
 // and whatever the datapath, an exchange still waiting for its body a
 // moment after the deadline is ended (its replica connection closed,
 // which aborts the replica's request). A body that arrives lets the
 // request steer placement from then on.
-func (s *Shim) relayRequestBody(x *Exchange, p *agent.Placement) error {
+func (s *Shim) relayRequestBody(x *exchange, p *agent.Placement) error {
 	x.BodyDeadline = time.Now().Add(s.opts.BodyDeadline)
-	if x.Request.Framing == FramingNone || (x.Request.Framing == FramingLength && x.Request.ContentLength == 0) {
+	if x.Request.Framing == http1.FramingNone || (x.Request.Framing == http1.FramingLength && x.Request.ContentLength == 0) {
 		s.bodyArrived(p)
-		return s.dp.RelayRequestBody(x)
+		return s.dp.RelayRequestBody(&x.Exchange)
 	}
-	x.Client.readLimit = x.BodyDeadline
+	x.Client.SetReadLimit(x.BodyDeadline)
 	t := time.AfterFunc(s.opts.BodyDeadline+bodyDeadlineSlack, func() { x.abort(abortBody) })
-	err := s.dp.RelayRequestBody(x)
+	err := s.dp.RelayRequestBody(&x.Exchange)
 	t.Stop()
-	x.Client.readLimit = time.Time{}
+	x.Client.SetReadLimit(time.Time{})
 	if err == nil {
 		s.bodyArrived(p)
 	}
@@ -469,7 +480,7 @@ func (s *Shim) bodyArrived(p *agent.Placement) {
 
 // trackArmed records that x may be carried by the datapath (or no longer),
 // so that Close can disarm it; one armed while Close ran is disarmed here.
-func (s *Shim) trackArmed(x *Exchange, on bool) {
+func (s *Shim) trackArmed(x *exchange, on bool) {
 	s.mu.Lock()
 	if !on {
 		delete(s.armed, x)
@@ -480,18 +491,18 @@ func (s *Shim) trackArmed(x *Exchange, on bool) {
 	closing := s.closing.Load()
 	s.mu.Unlock()
 	if closing {
-		s.dp.(ResponseCarrier).Disarm(x)
+		s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange)
 	}
 }
 
 // probeGuard is what a client watch runs before its 100 Continue probe
 // while the kernel may carry the response: disarm it, and probe only if
 // it carried nothing yet.
-func (s *Shim) probeGuard(x *Exchange, armed bool) func() bool {
+func (s *Shim) probeGuard(x *exchange, armed bool) func() bool {
 	if !armed {
 		return nil
 	}
-	return func() bool { return !s.dp.(ResponseCarrier).Disarm(x) }
+	return func() bool { return !s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange) }
 }
 
 // headAsIs reports whether the client may get the replica's response head
@@ -499,7 +510,7 @@ func (s *Shim) probeGuard(x *Exchange, armed bool) func() bool {
 // keeping its connection (no Connection header to add), not parked
 // (no X-Warden-Parked-Seconds to add), with the shim not shutting down.
 // The kernel itself leaves heads with hop-by-hop fields to the shim.
-func (s *Shim) headAsIs(x *Exchange) bool {
+func (s *Shim) headAsIs(x *exchange) bool {
 	h := x.Request
 	return h.Version == "HTTP/1.1" && h.KeepAlive && x.parked == 0 && !s.closing.Load()
 }
@@ -507,10 +518,10 @@ func (s *Shim) headAsIs(x *Exchange) bool {
 // awaitResponse waits for the response: carried whole by an armed
 // datapath, or its head read here (a datapath that hands the response to
 // the shim leaves what it read of it in x.Upstream.Pending).
-func (s *Shim) awaitResponse(x *Exchange, watch *clientWatch, armed bool) (*ResponseHead, bool, error) {
+func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http1.ResponseHead, bool, error) {
 	if armed {
 		x.Idle = s.opts.ResponseTimeout
-		resp, carried, err := s.dp.(ResponseCarrier).AwaitResponse(x)
+		resp, carried, err := s.dp.(datapath.ResponseCarrier).AwaitResponse(&x.Exchange)
 		if err != nil || carried {
 			return resp, carried, err
 		}
@@ -534,16 +545,16 @@ type answeredObserver interface {
 
 // observe hands the timings of an exchange relayed to its end to the
 // placer, when it keeps them.
-func (s *Shim) observe(x *Exchange, start, end time.Time) {
+func (s *Shim) observe(x *exchange, start, end time.Time) {
 	o, ok := s.placer.(responseObserver)
 	if !ok || x.Response == nil {
 		return
 	}
 	first := x.headAt
-	if x.Upstream.stampRead {
-		x.Upstream.stampRead = false // nothing was read: the head's time stands
-	} else if !x.Upstream.readAt.IsZero() {
-		first = x.Upstream.readAt
+	if at, waiting := x.Upstream.ReadStamp(); waiting {
+		x.Upstream.StampNextRead(false) // nothing was read: the head's time stands
+	} else if !at.IsZero() {
+		first = at
 	}
 	o.ObserveResponse(agent.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
@@ -552,37 +563,32 @@ func (s *Shim) observe(x *Exchange, start, end time.Time) {
 
 // withLength is h with the Content-Length the datapath still has to move
 // (the bytes that went out with the head are already sent).
-func withLength(h *Head, remaining int64) *Head {
+func withLength(h *http1.Head, remaining int64) *http1.Head {
 	c := *h
 	c.ContentLength = remaining
 	return &c
 }
 
-var (
-	errClientGone = errors.New("l7: client went away")
-	// errNoResponse: the upstream closed or reset the connection before
-	// sending a single byte of the response.
-	errNoResponse = errors.New("l7: upstream closed without a response")
-)
+var errClientGone = errors.New("l7: client went away")
 
 // readResponseHead reads the response head, relaying interim 1xx responses
 // to the client, within ResponseTimeout (prefill of a long prompt on a
 // loaded replica can take a while, so it is generous, but a dead replica
 // must not hold a client forever).
-func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead, error) {
+func (s *Shim) readResponseHead(x *exchange, watch *clientWatch) (*http1.ResponseHead, error) {
 	up := x.Upstream
 	deadline := time.Now().Add(s.opts.ResponseTimeout)
 	for {
 		_ = up.SetReadDeadline(deadline)
 		fresh := len(up.Pending) == 0
-		raw, rest, err := readRawHead(up.TCPConn, up.Pending, false)
+		raw, rest, err := http1.ReadRawHead(up.TCPConn, up.Pending, false)
 		if err != nil {
 			if fresh && (err == io.EOF || errors.Is(err, syscall.ECONNRESET)) {
-				err = errNoResponse
+				err = datapath.ErrNoResponse
 			}
 			return nil, err
 		}
-		r, err := parseResponseHead(raw, x.Request.Method)
+		r, err := http1.ParseResponseHead(raw, x.Request.Method)
 		if err != nil {
 			return nil, err
 		}
@@ -591,12 +597,12 @@ func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead,
 			return r, nil
 		}
 		if r.Status == 101 {
-			return nil, ErrBadResponse // no upgrades: Upgrade is never forwarded
+			return nil, http1.ErrBadResponse // no upgrades: Upgrade is never forwarded
 		}
 		// 100 answers an Expect the shim did not forward; an HTTP/1.0
 		// client may not be sent any 1xx (RFC 9110 section 15.2).
 		if r.Status != 100 && x.Request.Version != "HTTP/1.0" {
-			if err := watch.writeHead(s.opts.BodyTimeout, interimHead(r), false); err != nil {
+			if err := watch.writeHead(s.opts.BodyTimeout, http1.InterimHead(r), false); err != nil {
 				return nil, err
 			}
 		}
@@ -606,14 +612,14 @@ func (s *Shim) readResponseHead(x *Exchange, watch *clientWatch) (*ResponseHead,
 // clientKeepAlive decides whether the client connection carries another
 // request after this response: not when the body ends with the close
 // (close-delimited, or de-chunked for an HTTP/1.0 client).
-func (s *Shim) clientKeepAlive(h *Head, r *ResponseHead) bool {
-	return h.KeepAlive && r.Framing != FramingClose && !dechunked(h, r) && !s.closing.Load()
+func (s *Shim) clientKeepAlive(h *http1.Head, r *http1.ResponseHead) bool {
+	return h.KeepAlive && r.Framing != http1.FramingClose && !dechunked(h, r) && !s.closing.Load()
 }
 
 // dechunked reports whether the response body goes to the client as plain
 // data ended by the close: an HTTP/1.0 client cannot read chunks.
-func dechunked(h *Head, r *ResponseHead) bool {
-	return h.Version == "HTTP/1.0" && r.Framing == FramingChunked
+func dechunked(h *http1.Head, r *http1.ResponseHead) bool {
+	return h.Version == "HTTP/1.0" && r.Framing == http1.FramingChunked
 }
 
 // answeredEarly reports whether the replica has sent something (its
@@ -621,11 +627,11 @@ func dechunked(h *Head, r *ResponseHead) bool {
 // still read, or that an armed datapath carries. Of the others only the
 // userspace datapath leaves the replica socket plain to read after a
 // failed request body.
-func (s *Shim) answeredEarly(x *Exchange, armed bool) bool {
+func (s *Shim) answeredEarly(x *exchange, armed bool) bool {
 	if armed {
-		return s.dp.(ResponseCarrier).AnsweredEarly(x) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+		return s.dp.(datapath.ResponseCarrier).AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
 	}
-	if _, user := s.dp.(*UserPath); !user {
+	if _, user := s.dp.(*datapath.UserPath); !user {
 		return false
 	}
 	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)
@@ -633,7 +639,7 @@ func (s *Shim) answeredEarly(x *Exchange, armed bool) bool {
 
 // readable reports, without waiting or consuming anything, whether c has
 // bytes to read.
-func readable(c *Conn) bool {
+func readable(c *datapath.Conn) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return false
@@ -652,23 +658,23 @@ func readable(c *Conn) bool {
 // unread data does not reset the connection before the answer is read.
 // h is the request answered, nil when its head could not be read; the
 // answer to a HEAD request has no body.
-func (s *Shim) reject(c *Conn, status int, h *Head) {
+func (s *Shim) reject(c *datapath.Conn, status int, h *http1.Head) {
 	s.rejectAnswer(c, status, h, "", s.opts.RetryAfter)
 }
 
 // rejectWhy is reject with a reason for the client: the body is the API's
 // error JSON on an API path (apierror.go), else plain text.
-func (s *Shim) rejectWhy(c *Conn, status int, h *Head, why string) {
+func (s *Shim) rejectWhy(c *datapath.Conn, status int, h *http1.Head, why string) {
 	s.rejectAnswer(c, status, h, why, s.opts.RetryAfter)
 }
 
 // rejectRetry answers 503 with the Retry-After admission suggests.
-func (s *Shim) rejectRetry(c *Conn, h *Head, after time.Duration) {
+func (s *Shim) rejectRetry(c *datapath.Conn, h *http1.Head, after time.Duration) {
 	s.rejectAnswer(c, 503, h, "", after)
 }
 
 // rejectAnswer is reject with a reason and the Retry-After of a 503.
-func (s *Shim) rejectAnswer(c *Conn, status int, h *Head, why string, after time.Duration) {
+func (s *Shim) rejectAnswer(c *datapath.Conn, status int, h *http1.Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
 	if o, ok := s.placer.(answeredObserver); ok {
 		o.ObserveAnswered(status, time.Now())
@@ -688,12 +694,12 @@ func (s *Shim) rejectAnswer(c *Conn, status int, h *Head, why string, after time
 	b = append(b, ' ')
 	b = append(b, text...)
 	b = append(b, "\r\n"...)
-	b = appendHeader(b, "Content-Type", ctype)
+	b = http1.AppendHeader(b, "Content-Type", ctype)
 	b = append(b, "Connection: close\r\n"...)
 	if status == 503 {
-		b = appendHeader(b, "Retry-After", strconv.Itoa(int(max(1, after/time.Second))))
+		b = http1.AppendHeader(b, "Retry-After", strconv.Itoa(int(max(1, after/time.Second))))
 	}
-	b = appendHeader(b, "Content-Length", strconv.Itoa(len(body)))
+	b = http1.AppendHeader(b, "Content-Length", strconv.Itoa(len(body)))
 	b = append(b, "\r\n"...)
 	if h == nil || h.Method != "HEAD" {
 		b = append(b, body...)
@@ -707,7 +713,7 @@ func (s *Shim) rejectAnswer(c *Conn, status int, h *Head, why string, after time
 // lingerClose ends the shim's side of c and drains what the client still
 // sends for a moment: closing with unread data would reset the connection,
 // and a reset can destroy the answer before the client has read it.
-func lingerClose(c *Conn) {
+func lingerClose(c *datapath.Conn) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.CopyN(io.Discard, c.TCPConn, 256<<10)
@@ -735,7 +741,7 @@ func statusText(code int) string {
 
 // logAttrs describes an exchange for the log: never the prompt, never the
 // raw session id (only the model's keyed hash of it).
-func (s *Shim) logAttrs(x *Exchange, p agent.Placement, status int, start time.Time, err error, more ...any) []any {
+func (s *Shim) logAttrs(x *exchange, p agent.Placement, status int, start time.Time, err error, more ...any) []any {
 	a := []any{
 		"replica", p.Replica, "kind", p.Kind.String(),
 		"session", strconv.FormatUint(p.SessionHash, 16), "method", x.Request.Method,

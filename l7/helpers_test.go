@@ -19,6 +19,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -225,8 +226,8 @@ func rawUpstream(tb testing.TB, fn func(c net.Conn)) string {
 }
 
 // readRequestHead consumes one request head on an upstream connection.
-func readRequestHead(c net.Conn) (*Head, []byte, error) {
-	return ReadHead(c, nil)
+func readRequestHead(c net.Conn) (*http1.Head, []byte, error) {
+	return http1.ReadHead(c, nil)
 }
 
 // deadURL is a loopback address where a connect is refused for the whole

@@ -13,6 +13,7 @@ import (
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
@@ -42,7 +43,7 @@ func init() {
 	if err != nil {
 		panic(err)
 	}
-	l7.SetTestDefaults(func() l7.Datapath { return p.Datapath }, p.Upstreams.DialTCP)
+	l7.SetTestDefaults(func() datapath.Datapath { return p.Datapath }, p.Upstreams.DialTCP)
 }
 
 // TestShimSuiteOverKernelDatapaths runs every other test of this package
@@ -116,9 +117,9 @@ func kernelOptions(p *kernel.Path) l7.Options {
 }
 
 // kernelCounts are the path's counters.
-func kernelCounts(p *kernel.Path) map[l7.ReplicaKey]kernel.Counts {
+func kernelCounts(p *kernel.Path) map[datapath.ReplicaKey]kernel.Counts {
 	return p.Datapath.(interface {
-		Counts() map[l7.ReplicaKey]kernel.Counts
+		Counts() map[datapath.ReplicaKey]kernel.Counts
 	}).Counts()
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -267,7 +268,7 @@ func TestKernelDropsPooledUpstreamThatClosed(t *testing.T) {
 					return
 				}
 				go func() {
-					h, rest, err := l7.ReadHead(c, nil)
+					h, rest, err := http1.ReadHead(c, nil)
 					if err == nil {
 						body := make([]byte, h.ContentLength)
 						n := copy(body, rest)
@@ -310,7 +311,7 @@ func TestKernelFastStreamCrossesIntactInOrder(t *testing.T) {
 		up := l7.RawUpstream(t, func(c net.Conn) {
 			var pending []byte
 			for {
-				h, rest, err := l7.ReadHead(c, pending)
+				h, rest, err := http1.ReadHead(c, pending)
 				if err != nil {
 					return
 				}
@@ -358,7 +359,7 @@ func TestKernelHalfClosedClientBodyReachesUpstreamIntact(t *testing.T) {
 		// sent as the body).
 		got := make(chan string, 1)
 		up := l7.RawUpstream(t, func(c net.Conn) {
-			h, rest, err := l7.ReadHead(c, nil)
+			h, rest, err := http1.ReadHead(c, nil)
 			if err != nil {
 				return
 			}
@@ -424,7 +425,7 @@ func TestKernelCarriesConnectionKeepAliveHeadsOnly(t *testing.T) {
 			t.Run(strings.TrimSpace(h.fields), func(t *testing.T) {
 				up := l7.RawUpstream(t, func(c net.Conn) {
 					for {
-						if _, _, err := l7.ReadHead(c, nil); err != nil {
+						if _, _, err := http1.ReadHead(c, nil); err != nil {
 							return
 						}
 						io.WriteString(c, "HTTP/1.1 200 OK\r\n"+h.fields+"Content-Length: 5\r\n\r\nhello")

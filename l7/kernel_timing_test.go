@@ -11,6 +11,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -27,7 +28,7 @@ func TestKernelTimesTheFirstBodyByteItCarried(t *testing.T) {
 		const pause = 300 * time.Millisecond
 		up := l7.RawUpstream(t, func(c net.Conn) {
 			for {
-				h, rest, err := l7.ReadHead(c, nil)
+				h, rest, err := http1.ReadHead(c, nil)
 				if err != nil {
 					return
 				}

@@ -2,6 +2,7 @@ package l7
 
 import (
 	"container/list"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ var limitNames = [2]string{"total", "client"}
 // limitEntry is a connection's place in the accounting.
 type limitEntry struct {
 	addr     netip.Addr
-	c        *Conn
+	c        *datapath.Conn
 	idle     *list.Element // nil while busy
 	released bool
 }
@@ -55,11 +56,11 @@ func (l *ConnLimits) PerClient() int { return l.perClient }
 
 // admit accounts a new connection c from addr, closing an idle one to make
 // room at a bound; nil means refused (bound says which).
-func (l *ConnLimits) admit(c *Conn, addr netip.Addr) (e *limitEntry, bound int) {
+func (l *ConnLimits) admit(c *datapath.Conn, addr netip.Addr) (e *limitEntry, bound int) {
 	if l == nil {
 		return &limitEntry{c: c}, 0
 	}
-	var shed []*Conn
+	var shed []*datapath.Conn
 	l.mu.Lock()
 	for _, b := range []int{limitClient, limitTotal} {
 		full := func() bool {

@@ -1,13 +1,8 @@
 package l7
 
-import "strings"
-
-// Headers a client uses to pin its request to one replica itself. The first
-// is vLLM's own (one-endpoint shape); the second is the warden's, for the
-// per-replica shape.
-const (
-	RankHeader    = "X-data-parallel-rank"
-	ReplicaHeader = "X-Warden-Replica"
+import (
+	"github.com/lmwarden/lmwarden/l7/http1"
+	"strings"
 )
 
 // RoutingKey is what the shim learns from a request head for placement.
@@ -20,7 +15,7 @@ type RoutingKey struct {
 // RoutingKeyOf reads the routing key from h. sessionHeaders are tried in
 // order and the first one present with a non-empty value wins, so a model
 // can prefer X-Claude-Code-Session-Id over a generic X-Session-Id.
-func RoutingKeyOf(h *Head, sessionHeaders []string) RoutingKey {
+func RoutingKeyOf(h *http1.Head, sessionHeaders []string) RoutingKey {
 	var k RoutingKey
 	for _, name := range sessionHeaders {
 		if v, ok := h.Get(name); ok && v != "" {
@@ -29,12 +24,12 @@ func RoutingKeyOf(h *Head, sessionHeaders []string) RoutingKey {
 		}
 	}
 	for _, f := range h.Headers {
-		if strings.EqualFold(f.Name, RankHeader) || strings.EqualFold(f.Name, ReplicaHeader) {
+		if strings.EqualFold(f.Name, http1.RankHeader) || strings.EqualFold(f.Name, http1.ReplicaHeader) {
 			k.PinnedHeader = f.Value
 			break
 		}
 	}
-	if h.Framing == FramingLength {
+	if h.Framing == http1.FramingLength {
 		k.PromptBytes = h.ContentLength
 	}
 	return k

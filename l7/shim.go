@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // Placer is what the shim needs from the control plane: *agent.Model.
@@ -33,7 +35,7 @@ type Placer interface {
 // Options tune a Shim. Zero values take the defaults below.
 type Options struct {
 	// Datapath moves bodies; nil means a new UserPath.
-	Datapath Datapath
+	Datapath datapath.Datapath
 	// Upstreams dials and pools replica connections; nil means a new pool
 	// built from ConnectTimeout, UpstreamIdleTimeout and MaxIdlePerReplica.
 	// Shims of several models may share one.
@@ -113,16 +115,16 @@ var (
 type Shim struct {
 	placer Placer
 	opts   Options
-	dp     Datapath
+	dp     datapath.Datapath
 	pool   *Upstreams
 	log    *slog.Logger
 
 	closing  atomic.Bool
 	mu       sync.Mutex
 	lns      map[*net.TCPListener]struct{}
-	conns    map[*Conn]*connState
-	armed    map[*Exchange]struct{} // exchanges a ResponseCarrier may carry
-	inflight map[*Exchange]struct{} // exchanges placed and not ended (the stall check)
+	conns    map[*datapath.Conn]*connState
+	armed    map[*exchange]struct{} // exchanges a ResponseCarrier may carry
+	inflight map[*exchange]struct{} // exchanges placed and not ended (the stall check)
 	drainBy  time.Time              // closing: when idle connections stop waiting
 	wg       sync.WaitGroup         // one per connection goroutine
 	stats    stats
@@ -144,15 +146,15 @@ func NewShim(m Placer, opts Options) *Shim {
 		placer: m, opts: opts, dp: opts.Datapath, pool: opts.Upstreams,
 		log:       opts.Logger.With("model", m.Name()),
 		lns:       map[*net.TCPListener]struct{}{},
-		conns:     map[*Conn]*connState{},
-		armed:     map[*Exchange]struct{}{},
-		inflight:  map[*Exchange]struct{}{},
+		conns:     map[*datapath.Conn]*connState{},
+		armed:     map[*exchange]struct{}{},
+		inflight:  map[*exchange]struct{}{},
 		stallDone: make(chan struct{}),
 	}
 }
 
 // Datapath is the byte mover the shim uses.
-func (s *Shim) Datapath() Datapath { return s.dp }
+func (s *Shim) Datapath() datapath.Datapath { return s.dp }
 
 // Serve accepts connections on ln until Close; it returns ErrShimClosed
 // then, or the listener's error. The listener must be plain TCP (see
@@ -184,7 +186,7 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 			return err
 		}
 		backoff = 0
-		cc := NewConn(c)
+		cc := datapath.NewConn(c)
 		lim, bound := s.opts.Limits.admit(cc, remoteAddr(c))
 		if lim == nil {
 			s.wg.Add(1)
@@ -218,7 +220,7 @@ func remoteAddr(c *net.TCPConn) netip.Addr {
 
 // refuse answers a connection beyond the connection bounds with 503 (its
 // request unread) and closes it.
-func (s *Shim) refuse(c *Conn, bound int) {
+func (s *Shim) refuse(c *datapath.Conn, bound int) {
 	defer s.wg.Done()
 	defer c.Close()
 	s.stats.countStatus(503)
@@ -236,7 +238,7 @@ func (s *Shim) refuse(c *Conn, bound int) {
 
 // serveConn serves one client connection request by request; each request
 // is routed on its own head.
-func (s *Shim) serveConn(c *Conn) {
+func (s *Shim) serveConn(c *datapath.Conn) {
 	defer func() {
 		c.Close()
 		s.mu.Lock()
@@ -248,7 +250,7 @@ func (s *Shim) serveConn(c *Conn) {
 		}
 		s.wg.Done()
 	}()
-	if cp, ok := s.dp.(ConnPreparer); ok {
+	if cp, ok := s.dp.(datapath.ConnPreparer); ok {
 		cp.PrepareConn(c)
 	}
 	// The first head: its deadline set under the lock (a drain that began
@@ -259,7 +261,7 @@ func (s *Shim) serveConn(c *Conn) {
 		if len(c.Pending) == 0 && !first {
 			// Idle keep-alive: wait for the first byte of the next head.
 			drain := s.setIdle(c, true, time.Now().Add(s.opts.IdleTimeout))
-			err := s.waitNextHead(c) // kernel datapath hook: l7/kernel_head.go
+			err := s.waitNextHead(c) // kernel datapath hook: capabilities.go
 			s.setIdle(c, false, time.Time{})
 			if err != nil && !(!drain.IsZero() && isTimeout(err) && readable(c)) {
 				if !drain.IsZero() && isTimeout(err) {
@@ -277,13 +279,13 @@ func (s *Shim) serveConn(c *Conn) {
 		if !first {
 			s.setReadDeadline(c, headDeadline)
 		}
-		c.mark("wake")
-		h, rest, err := s.readHead(c, first) // kernel datapath hook: l7/kernel_head.go
+		c.Mark("wake")
+		h, rest, err := s.readHead(c, first) // kernel datapath hook: capabilities.go
 		if first {
 			s.setIdle(c, false, time.Time{})
 		}
 		if err != nil {
-			if status := HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
+			if status := http1.HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
 				s.log.Debug("bad request head", "status", status, "err", err)
 				s.reject(c, status, nil)
 			} else if status == 408 {
@@ -292,10 +294,10 @@ func (s *Shim) serveConn(c *Conn) {
 			return
 		}
 		c.Pending = rest
-		c.mark("head")
+		c.Mark("head")
 		ok := s.exchange(c, h)
-		c.mark("end")
-		c.flushMarks(first)
+		c.Mark("end")
+		c.FlushMarks(first)
 		if !ok {
 			return
 		}
@@ -307,7 +309,7 @@ func (s *Shim) serveConn(c *Conn) {
 // and then returns that time: zero otherwise): under the lock, so that
 // Close, which bounds the idle connections' deadlines under it too, and
 // this never undo each other.
-func (s *Shim) setIdle(c *Conn, idle bool, wait time.Time) (drain time.Time) {
+func (s *Shim) setIdle(c *datapath.Conn, idle bool, wait time.Time) (drain time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.conns[c]
@@ -339,7 +341,7 @@ func (s *Shim) drainDeadline() time.Time {
 }
 
 // setReadDeadline sets c's read deadline, never past the drain's end.
-func (s *Shim) setReadDeadline(c *Conn, t time.Time) {
+func (s *Shim) setReadDeadline(c *datapath.Conn, t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if by := s.drainDeadline(); s.closing.Load() && by.Before(t) {
@@ -368,7 +370,7 @@ func (s *Shim) Close() error {
 	default:
 		close(s.stallDone)
 	}
-	armed := make([]*Exchange, 0, len(s.armed))
+	armed := make([]*exchange, 0, len(s.armed))
 	for x := range s.armed {
 		armed = append(armed, x)
 	}
@@ -379,7 +381,7 @@ func (s *Shim) Close() error {
 	// so that a client sees its idle connection close only after.
 	var dis sync.WaitGroup
 	for _, x := range armed {
-		dis.Go(func() { s.dp.(ResponseCarrier).Disarm(x) })
+		dis.Go(func() { s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange) })
 	}
 	dis.Wait()
 	s.mu.Lock()

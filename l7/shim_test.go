@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -38,8 +39,8 @@ func TestOversizedHeadGets431(t *testing.T) {
 	m := mustModel(t, modelConfig(sv.URLs()...))
 	_, addr := mustShim(t, m, Options{})
 	for _, in := range []string{
-		"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", MaxHeadBytes) + "\r\n\r\n",
-		"GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-A: b\r\n", MaxHeaderLines+1) + "\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", http1.MaxHeadBytes) + "\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-A: b\r\n", http1.MaxHeaderLines+1) + "\r\n",
 	} {
 		c := mustDial(t, addr)
 		c.send(t, in)
@@ -412,13 +413,13 @@ func TestPooledConnectionClosedUnansweredIsReplayedOnce(t *testing.T) {
 	// connection on the second without a byte, as a server closing an idle
 	// keep-alive connection does when a request crosses the close.
 	up := rawUpstream(t, func(c net.Conn) {
-		h, rest, err := ReadHead(c, nil)
+		h, rest, err := http1.ReadHead(c, nil)
 		if err != nil {
 			return
 		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
 		_ = h
-		ReadHead(c, rest) // the next request: dropped unanswered
+		http1.ReadHead(c, rest) // the next request: dropped unanswered
 	})
 	m := mustModel(t, modelConfig(up))
 	s, addr := mustShim(t, m, Options{})

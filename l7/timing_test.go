@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The shim times what the client feels: the first byte of a streamed
@@ -41,7 +42,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 		}
 	})
 	m := mustModel(t, modelConfig(up))
-	_, addr := mustShim(t, m, Options{Datapath: NewUserPath()})
+	_, addr := mustShim(t, m, Options{Datapath: datapath.NewUserPath()})
 	c := mustDial(t, addr)
 	for _, target := range []string{"/stream", "/whole"} {
 		c.send(t, rawRequest("POST", target, "X-Session-Id: s\r\n", "{}"))
@@ -85,7 +86,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 // per status it may answer, and the byte counters of every replica.
 func TestShimSeriesExistBeforeTraffic(t *testing.T) {
 	m := mustModel(t, modelConfig(deadURL(t), deadURL(t)))
-	s, _ := mustShim(t, m, Options{Datapath: NewUserPath()})
+	s, _ := mustShim(t, m, Options{Datapath: datapath.NewUserPath()})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(s))
 	fams, err := reg.Gather()

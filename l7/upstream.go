@@ -3,6 +3,7 @@ package l7
 import (
 	"context"
 	"errors"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net"
 	"sync"
 	"syscall"
@@ -27,7 +28,7 @@ type Upstreams struct {
 }
 
 type pooledConn struct {
-	c     *Conn
+	c     *datapath.Conn
 	since time.Time
 }
 
@@ -59,7 +60,7 @@ func (u *Upstreams) SetDial(dial DialFunc) { u.dial = dial }
 
 // Get returns a live idle connection to addr if the pool has one
 // (reused = true), or dials a new one.
-func (u *Upstreams) Get(ctx context.Context, addr string) (c *Conn, reused bool, err error) {
+func (u *Upstreams) Get(ctx context.Context, addr string) (c *datapath.Conn, reused bool, err error) {
 	if c := u.takeIdle(addr); c != nil {
 		return c, true, nil
 	}
@@ -68,7 +69,7 @@ func (u *Upstreams) Get(ctx context.Context, addr string) (c *Conn, reused bool,
 }
 
 // Dial opens a new connection to addr.
-func (u *Upstreams) Dial(ctx context.Context, addr string) (*Conn, error) {
+func (u *Upstreams) Dial(ctx context.Context, addr string) (*datapath.Conn, error) {
 	if u.dial != nil {
 		ctx, cancel := context.WithTimeout(ctx, u.dialer.Timeout)
 		defer cancel()
@@ -76,9 +77,7 @@ func (u *Upstreams) Dial(ctx context.Context, addr string) (*Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := NewConn(tc)
-		c.release = release
-		return c, nil
+		return datapath.NewDialedConn(tc, release), nil
 	}
 	nc, err := u.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -89,10 +88,10 @@ func (u *Upstreams) Dial(ctx context.Context, addr string) (*Conn, error) {
 		nc.Close()
 		return nil, errors.New("l7: upstream is not TCP")
 	}
-	return NewConn(tc), nil
+	return datapath.NewConn(tc), nil
 }
 
-func (u *Upstreams) takeIdle(addr string) *Conn {
+func (u *Upstreams) takeIdle(addr string) *datapath.Conn {
 	now := time.Now()
 	for {
 		u.mu.Lock()
@@ -114,8 +113,8 @@ func (u *Upstreams) takeIdle(addr string) *Conn {
 
 // Put returns a connection whose last response was read completely. It is
 // closed instead if the pool for addr is full or the pool is closed.
-func (u *Upstreams) Put(addr string, c *Conn) {
-	c.clearDeadlines()
+func (u *Upstreams) Put(addr string, c *datapath.Conn) {
+	_ = c.SetDeadline(time.Time{}) // a pooled connection keeps no deadline
 	u.mu.Lock()
 	if u.closed || len(u.idle[addr]) >= u.maxIdle || len(c.Pending) > 0 {
 		u.mu.Unlock()
@@ -204,7 +203,7 @@ func (u *Upstreams) Close() error {
 // alive reports whether an idle connection is still open and silent: a
 // non-blocking MSG_PEEK finds EOF (peer closed), stray bytes (protocol
 // error) or nothing (alive), without consuming anything.
-func alive(c *Conn) bool {
+func alive(c *datapath.Conn) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return false

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +35,7 @@ import (
 // during the replica's prefill is noticed then, not at its first token.
 // A client that half-closed draws no reset and gets its whole answer.
 type clientWatch struct {
-	client  *Conn
+	client  *datapath.Conn
 	onGone  func()
 	probeOK bool // a FIN may be probed with 100 Continue (HTTP/1.1)
 	// beforeProbe, if set, runs before the probe is written and may
@@ -53,7 +55,7 @@ type clientWatch struct {
 
 // watchResponse watches while the response to h is pending; beforeProbe,
 // if not nil, runs before a 100 Continue probe (see clientWatch).
-func watchResponse(client, upstream *Conn, h *Head, beforeProbe func() bool) *clientWatch {
+func watchResponse(client, upstream *datapath.Conn, h *http1.Head, beforeProbe func() bool) *clientWatch {
 	w := &clientWatch{
 		client: client, onGone: func() { upstream.Close() },
 		probeOK: h.Version == "HTTP/1.1", beforeProbe: beforeProbe,
@@ -132,7 +134,7 @@ func (w *clientWatch) waitReset() bool {
 // peerGone reports, without reading anything, whether the client has
 // closed or reset its connection: the socket has left ESTABLISHED (FIN
 // received: CLOSE_WAIT; reset: CLOSE), or with resetOnly only a reset.
-func peerGone(c *Conn, resetOnly bool) bool {
+func peerGone(c *datapath.Conn, resetOnly bool) bool {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return true

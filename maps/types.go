@@ -25,7 +25,7 @@ const (
 )
 
 // Framing phases (enum frame_phase) that are not chunked-body phases; those
-// number like l7.ChunkPhase (FR_CHUNK_SIZE = 0 ... FR_ERROR).
+// number like http1.ChunkPhase (FR_CHUNK_SIZE = 0 ... FR_ERROR).
 const (
 	PhaseChunkSize  = uint32(bpf.LmwardenFramePhaseFR_CHUNK_SIZE)
 	PhaseDone       = uint32(bpf.LmwardenFramePhaseFR_DONE)

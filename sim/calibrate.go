@@ -95,8 +95,15 @@ func prefillArithmetic(p Profile, ctx, n int) string {
 		flops := 2*p.Params*fk + attn*(fk*c0+fk*(fk+1)/2)
 		step := p.StepCost([]Chunk{{Context: ctx + done, Tokens: k}})
 		total += step
-		parts = append(parts, fmt.Sprintf("%d@%d: (%.3g + %.3g) FLOP / %.3g = %.0f ms", k, ctx+done,
-			2*p.Params*fk, attn*(fk*c0+fk*(fk+1)/2), comp, flops/comp*1e3))
+		part := fmt.Sprintf("%d@%d: (%.3g + %.3g) FLOP / %.3g = %.0f ms", k, ctx+done,
+			2*p.Params*fk, attn*(fk*c0+fk*(fk+1)/2), comp, flops/comp*1e3)
+		if p.PrefillFloor > 0 && k > 1 && flops/comp < p.PrefillFloor.Seconds() {
+			part += fmt.Sprintf(", at least the prefill floor %v", p.PrefillFloor)
+		}
+		if p.PrefillContextRate > 0 && k > 1 && ctx+done > 0 {
+			part += fmt.Sprintf(", + %d context tokens / %.3g a second = %.0f ms", ctx+done, p.PrefillContextRate, c0/p.PrefillContextRate*1e3)
+		}
+		parts = append(parts, part)
 		done += k
 	}
 	return fmt.Sprintf("%s; each step + %v overhead: %s", strings.Join(parts, "; "), p.StepOverhead, fmtDur(total))

@@ -195,6 +195,9 @@ func (m *meter) run(ctx context.Context) (*Measurement, error) {
 	p.StepOverhead = time.Duration(o * 1e9).Round(time.Microsecond)
 	p.MaxNumBatchedTokens = chunk
 	p.GPUMemoryBytes, p.ActivationPeakBytes, p.NonTorchBytes, p.CUDAGraphBytes = 0, 0, 0, 0
+	// the fit is the three-constant step model; terms fitted to another
+	// measurement (h200-qwen3-4b's forward pass) do not carry over
+	p.PrefillFloor, p.PrefillContextRate = 0, 0
 	m.note("fit: prefill %.4g s/token + %.4g s per token pair + %.4g s a step, chunks of %d; decode %.4g s a step + %.4g s per context token",
 		a, b, o, chunk, intercept, slope)
 

@@ -49,6 +49,11 @@ func TestCalibrateGivesTheSimulatorsProfileBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if p.PrefillFloor > 0 || p.PrefillContextRate > 0 {
+			// terms calibration does not measure (fitted to a forward
+			// pass: TestH200ProfileReproducesMeasuredPrefill holds them)
+			continue
+		}
 		cases = append(cases, p)
 	}
 	// a card and settings of no built-in profile

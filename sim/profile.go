@@ -31,6 +31,16 @@ type Profile struct {
 	ComputeEfficiency float64       `yaml:"compute_efficiency"` // share of PeakFLOPS reached in prefill
 	MemoryEfficiency  float64       `yaml:"memory_efficiency"`  // share of the bandwidth reached in decode
 	StepOverhead      time.Duration `yaml:"step_overhead"`      // per engine step: scheduling, launches, sampling
+	// PrefillFloor and PrefillContextRate are two terms of a profile
+	// fitted to a measured forward pass (h200-qwen3-4b; docs/sim.md,
+	// "Profile h200-qwen3-4b"); zero leaves them out. A step that carries
+	// prefill tokens takes at least PrefillFloor before StepOverhead (the
+	// forward pass's own launch cost, hidden behind longer GPU work), and
+	// each prefill chunk pays its context (the tokens already in its KV
+	// cache: a cached prefix, or the prompt's earlier chunks) at
+	// PrefillContextRate tokens a second on top of its FLOPs.
+	PrefillFloor       time.Duration `yaml:"prefill_floor,omitempty"`
+	PrefillContextRate float64       `yaml:"prefill_context_tokens_per_second,omitempty"`
 
 	// The model.
 	Model        string  `yaml:"model,omitempty"`
@@ -187,8 +197,8 @@ func (p Profile) Check() error {
 		return bad("params, weight_bytes, layers, kv_heads, head_dim, attention_width and kv_dtype_bytes must be positive")
 	case p.PeakFLOPS <= 0 || p.MemBytesPerSec <= 0 || p.ComputeEfficiency <= 0 || p.MemoryEfficiency <= 0:
 		return bad("peak_flops, memory_bandwidth and the efficiencies must be positive")
-	case p.StepOverhead < 0:
-		return bad("step_overhead: negative")
+	case p.StepOverhead < 0 || p.PrefillFloor < 0 || p.PrefillContextRate < 0:
+		return bad("step_overhead, prefill_floor and prefill_context_tokens_per_second must not be negative")
 	case p.PrefixStats != PrefixStatsAdmitted && p.PrefixStats != PrefixStatsEveryLookup:
 		return bad("prefix_stats %q: want %s or %s", p.PrefixStats, PrefixStatsAdmitted, PrefixStatsEveryLookup)
 	case p.Watermark < 0 || p.Watermark >= 1:
@@ -270,7 +280,9 @@ type Chunk struct{ Context, Tokens int }
 // StepCost is the modelled duration of one engine step: the larger of its
 // memory time (weights once, plus every sequence's KV read) and its compute
 // time (2·params FLOP a token for the weights, plus 4·layers·hidden FLOP per
-// token per token of context for attention), plus the fixed overhead.
+// token per token of context for attention, plus the prefill chunks'
+// context at PrefillContextRate), at least PrefillFloor when it carries
+// prefill, plus the fixed overhead.
 func (p Profile) StepCost(chunks []Chunk) time.Duration {
 	var l stepLoad
 	for _, c := range chunks {
@@ -281,7 +293,13 @@ func (p Profile) StepCost(chunks []Chunk) time.Duration {
 
 // stepLoad accumulates a step's work without allocating, so the scheduler can
 // price a step while it builds it.
-type stepLoad struct{ newTokens, kvTokens, attnPairs float64 }
+type stepLoad struct {
+	newTokens, kvTokens, attnPairs float64
+	// prefillContext sums the context of the step's prefill chunks (more
+	// than one token: a decode computes one)
+	prefillContext float64
+	prefill        bool
+}
 
 func (l *stepLoad) add(context, tokens int) {
 	n, ctx := float64(tokens), float64(context)
@@ -289,17 +307,27 @@ func (l *stepLoad) add(context, tokens int) {
 	l.kvTokens += ctx + n
 	// token i of the chunk attends to ctx+i+1 positions
 	l.attnPairs += n*ctx + n*(n+1)/2
+	if tokens > 1 {
+		l.prefill = true
+		l.prefillContext += ctx
+	}
 }
 
 // costParts returns the memory and compute seconds of a step.
 func (p Profile) costParts(l stepLoad) (memSec, computeSec float64) {
 	bytes := p.WeightBytes + l.kvTokens*p.KVBytesPerToken()
 	flops := 2*p.Params*l.newTokens + 4*float64(p.Layers*p.HiddenSize)*l.attnPairs
-	return bytes / (p.MemBytesPerSec * p.MemoryEfficiency),
-		flops / (p.PeakFLOPS * p.ComputeEfficiency)
+	return bytes / (p.MemBytesPerSec * p.MemoryEfficiency), flops / (p.PeakFLOPS * p.ComputeEfficiency)
 }
 
 func (p Profile) cost(l stepLoad) time.Duration {
 	m, c := p.costParts(l)
-	return time.Duration(max(m, c)*1e9) + p.StepOverhead
+	sec := max(m, c)
+	if l.prefill {
+		sec = max(sec, p.PrefillFloor.Seconds())
+		if p.PrefillContextRate > 0 {
+			sec += l.prefillContext / p.PrefillContextRate
+		}
+	}
+	return time.Duration(sec*1e9) + p.StepOverhead
 }

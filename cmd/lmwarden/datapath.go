@@ -13,13 +13,14 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
 // servedDatapath is the datapath serve (and demo) run with, and what the
 // rest of the daemon needs from it. kern is nil with the userspace one.
 type servedDatapath struct {
-	l7.Datapath
+	datapath.Datapath
 	reason string // why this one: the flag, or what auto found
 	kern   *kernelDatapath
 }
@@ -68,7 +69,7 @@ func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*served
 	} else {
 		log.Info("datapath: user", "reason", reason)
 	}
-	return &servedDatapath{Datapath: l7.NewUserPath(), reason: reason}, nil
+	return &servedDatapath{Datapath: datapath.NewUserPath(), reason: reason}, nil
 }
 
 // joinReasons puts why each datapath did not load on one line.

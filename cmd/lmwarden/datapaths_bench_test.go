@@ -323,7 +323,7 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 	// "msg@GOMAXPROCS=1": a warden with that in its environment (an A/B
 	// of one knob in one run).
 	var env []string
-	if f := os.Getenv("LMWARDEN_PHASES"); f != "" { // the shim's profile (l7/phases.go), a file per path
+	if f := os.Getenv("LMWARDEN_PHASES"); f != "" { // the shim's profile (l7/datapath/phases.go), a file per path
 		env = append(env, "LMWARDEN_PHASES="+f+"."+strings.NewReplacer("@", "-", "=", "-", "/", "-").Replace(path))
 	}
 	if p, e, ok := strings.Cut(path, "@"); ok {

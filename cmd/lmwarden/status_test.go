@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
-	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -66,7 +66,7 @@ func TestStatusPrintsModelAndReplicaTables(t *testing.T) {
 
 func TestStatusSaysWhichDatapathRuns(t *testing.T) {
 	w := mustAdminWarden(t)
-	w.Registry().MustRegister(datapathInfo{&servedDatapath{Datapath: l7.NewUserPath(), reason: "auto: no kernel datapath loads here"}})
+	w.Registry().MustRegister(datapathInfo{&servedDatapath{Datapath: datapath.NewUserPath(), reason: "auto: no kernel datapath loads here"}})
 	var out bytes.Buffer
 	if err := runStatus([]string{"--admin", w.AdminAddr()}, &out); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func trackedText(t *testing.T, root string) []string {
 	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		switch filepath.Ext(f) {
 		case ".go", ".md", ".c", ".h", ".sh", ".yaml", ".js", ".html", ".css", ".service", "":
-			if !strings.HasPrefix(f, "l7/testdata/") && !strings.Contains(f, "node_modules") {
+			if !strings.HasPrefix(f, "l7/http1/testdata/") && !strings.Contains(f, "node_modules") {
 				files = append(files, f)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -78,7 +79,7 @@ func StartHost(tb testing.TB, hc HostConfig) *Host {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: l7.NewUserPath(), Logger: quiet})
+	shim := l7.NewShim(w.Models()[0], l7.Options{Datapath: datapath.NewUserPath(), Logger: quiet})
 	go shim.Serve(ln)
 	if err := w.Start(context.Background()); err != nil {
 		tb.Fatal(err)

@@ -1,7 +1,8 @@
-package l7
+package datapath
 
 import (
 	"errors"
+	"github.com/lmwarden/lmwarden/l7/http1"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -68,24 +69,15 @@ func (u *UserPath) RelayRequestBody(x *Exchange) error {
 		err error
 	)
 	switch x.Request.Framing {
-	case FramingLength:
+	case http1.FramingLength:
 		n, err = x.Client.copyTo(x.Upstream, x.Request.ContentLength, x.Idle)
-	case FramingChunked:
+	case http1.FramingChunked:
 		n, err = copyChunked(x.Upstream, x.Client, x, false)
 	}
 	x.BodyBytesUp += n
 	// Count what the shim sent along with the head too: all of the body
 	// crossed this process.
 	u.counters(x).up.Add(uint64(x.BodyBytesUp))
-	return err
-}
-
-// relayDechunked relays a chunked response body as plain data, for an
-// HTTP/1.0 client that cannot parse chunks; the shim does this itself,
-// whatever the datapath, and closes the client connection after it.
-func relayDechunked(x *Exchange) error {
-	n, err := copyChunked(x.Client, x.Upstream, x, true)
-	x.BodyBytesDown += n
 	return err
 }
 
@@ -96,12 +88,12 @@ func (u *UserPath) RelayResponseBody(x *Exchange) error {
 		err error
 	)
 	switch x.Response.Framing {
-	case FramingLength:
+	case http1.FramingLength:
 		n, err = x.Upstream.copyTo(x.Client, x.Response.ContentLength, x.Idle)
-	case FramingChunked:
-		x.respFrame, x.respFrameValid = ChunkedBody{}, true
+	case http1.FramingChunked:
+		x.respFrame, x.respFrameValid = http1.ChunkedBody{}, true
 		n, err = relayChunked(x.Client, x.Upstream, x.Idle, false, true, &x.respFrame)
-	case FramingClose:
+	case http1.FramingClose:
 		n, err = x.Upstream.copyTo(x.Client, -1, x.Idle)
 	}
 	x.BodyBytesDown += n
@@ -129,13 +121,13 @@ const spliceChunk = 16 << 10
 // the TCP queue), so the sk_skb datapath passes false. With dechunk, only
 // the chunk data is written. Bytes past the body stay in src.Pending.
 func RelayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool) (int64, error) {
-	var p ChunkedBody
+	var p http1.ChunkedBody
 	return relayChunked(dst, src, idle, dechunk, splice, &p)
 }
 
 // relayChunked is RelayChunked with the parser's state in p, where it
 // stands when the relay ends (a cut stream's end is judged from it).
-func relayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool, pp *ChunkedBody) (int64, error) {
+func relayChunked(dst, src *Conn, idle time.Duration, dechunk, splice bool, pp *http1.ChunkedBody) (int64, error) {
 	p := pp
 	var total int64
 	var pieces [][]byte

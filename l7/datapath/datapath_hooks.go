@@ -1,4 +1,9 @@
-package l7
+package datapath
+
+import (
+	"errors"
+	"github.com/lmwarden/lmwarden/l7/http1"
+)
 
 // Optional interfaces a kernel Datapath implements besides Datapath, for
 // the steps of an exchange it must take part in. The shim checks for each.
@@ -13,7 +18,7 @@ package l7
 type HeadReader interface {
 	// ReadFirstHead reads the first head of c; rest is what c.Pending
 	// must become (the sk_skb datapath consumes nothing: nil).
-	ReadFirstHead(c *Conn) (h *Head, rest []byte, err error)
+	ReadFirstHead(c *Conn) (h *http1.Head, rest []byte, err error)
 }
 
 // ConnPreparer is implemented by a Datapath that sets a client connection
@@ -56,9 +61,9 @@ type ResponseCarrier interface {
 	// error. A response the kernel stopped carrying in its body is
 	// finished here in userspace, and counts as carried. idle bounds the
 	// wait for the head; x.Idle the pauses of the body. It must return
-	// errNoResponse-like (ErrNoResponse) when the replica closed before
-	// the first byte of a response.
-	AwaitResponse(x *Exchange) (resp *ResponseHead, carried bool, err error)
+	// ErrNoResponse when the replica closed before the first byte of a
+	// response.
+	AwaitResponse(x *Exchange) (resp *http1.ResponseHead, carried bool, err error)
 	// AnsweredEarly reports whether the replica has begun its response
 	// (a relay of the request body failed: the shim must not answer 502
 	// then, the client has the replica's answer).
@@ -74,24 +79,4 @@ type ResponseCarrier interface {
 // ErrNoResponse: the upstream closed or reset the connection before
 // sending a single byte of the response (a pooled connection the replica
 // was closing as idle: the request may be sent again on a new one).
-var ErrNoResponse = errNoResponse
-
-// readHead reads the next request head of c, through the datapath's
-// HeadReader for the first one if it has one.
-func (s *Shim) readHead(c *Conn, first bool) (*Head, []byte, error) {
-	if hr, ok := s.dp.(HeadReader); ok && len(c.Pending) == 0 {
-		return hr.ReadFirstHead(c)
-	}
-	return ReadHead(c.TCPConn, c.Pending)
-}
-
-// waitNextHead waits for the first byte of a keep-alive connection's next
-// head (the sk_skb datapath peeks it: see HeadReader).
-func (s *Shim) waitNextHead(c *Conn) error {
-	if w, ok := s.dp.(HeadWaiter); ok {
-		if handled, err := w.WaitHead(c); handled {
-			return err
-		}
-	}
-	return c.Fill()
-}
+var ErrNoResponse = errors.New("l7: upstream closed without a response")

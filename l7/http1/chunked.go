@@ -1,4 +1,11 @@
-package l7
+package http1
+
+import "errors"
+
+// maxLine bounds a chunk-size or trailer line.
+const maxLine = 4096
+
+var ErrBadChunk = errors.New("l7: malformed chunked body")
 
 // ChunkPhase is where a ChunkedBody is in the chunked framing.
 type ChunkPhase uint32
@@ -89,7 +96,7 @@ func (p *ChunkedBody) Next(b []byte) (n int, data bool, err error) {
 	for n < len(b) && p.Phase != ChunkData {
 		switch p.step(b[n]) {
 		case stepError:
-			return n, false, errBadChunk
+			return n, false, ErrBadChunk
 		case stepDone:
 			return n + 1, false, nil
 		}

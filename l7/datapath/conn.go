@@ -1,4 +1,4 @@
-package l7
+package datapath
 
 import (
 	"errors"
@@ -45,6 +45,24 @@ func (c *Conn) readBy(idle time.Duration) time.Time {
 // NewConn wraps a TCP connection with an empty pending buffer.
 func NewConn(c *net.TCPConn) *Conn { return &Conn{TCPConn: c} }
 
+// NewDialedConn wraps a connection a dial function opened; release, if
+// not nil, runs once after the connection has closed.
+func NewDialedConn(c *net.TCPConn, release func()) *Conn {
+	return &Conn{TCPConn: c, release: release}
+}
+
+// StampNextRead asks the next read that brings bytes to note its time
+// (on), or stops asking; either way the time noted before is forgotten.
+func (c *Conn) StampNextRead(on bool) { c.stampRead, c.readAt = on, time.Time{} }
+
+// ReadStamp is the time the read StampNextRead asked for noted (zero:
+// none), and whether that read is still to come.
+func (c *Conn) ReadStamp() (at time.Time, waiting bool) { return c.readAt, c.stampRead }
+
+// SetReadLimit bounds every read of the connection however much progress
+// it makes (a request body's deadline); zero removes the bound.
+func (c *Conn) SetReadLimit(t time.Time) { c.readLimit = t }
+
 // Close closes the connection, then runs the release of the dialer that
 // opened it, once.
 func (c *Conn) Close() error {
@@ -61,13 +79,9 @@ func (c *Conn) Close() error {
 // at least once per this many bytes of progress.
 const copySlice = 1 << 20
 
-// maxLine bounds a chunk-size or trailer line.
-const maxLine = 4096
-
-var (
-	errLineTooLong = errors.New("l7: chunk line too long")
-	errBadChunk    = errors.New("l7: malformed chunked body")
-)
+// errLineTooLong: a line (a chunk-size or trailer line) fills the
+// connection's whole read buffer.
+var ErrLineTooLong = errors.New("l7: chunk line too long")
 
 // Fill reads at least one more byte from the connection into Pending.
 func (c *Conn) Fill() error {
@@ -83,7 +97,7 @@ func (c *Conn) Fill() error {
 		c.Pending = c.buf[:n]
 	}
 	if len(c.Pending) == len(c.buf) {
-		return errLineTooLong
+		return ErrLineTooLong
 	}
 	n, err := c.TCPConn.Read(c.buf[len(c.Pending):])
 	c.Pending = c.buf[:len(c.Pending)+n]
@@ -146,9 +160,4 @@ func (c *Conn) WriteAll(idle time.Duration, bufs ...[]byte) (int64, error) {
 	_ = c.SetWriteDeadline(time.Now().Add(idle))
 	nb := net.Buffers(bufs)
 	return nb.WriteTo(c.TCPConn)
-}
-
-// clearDeadlines removes read and write deadlines, e.g. before pooling.
-func (c *Conn) clearDeadlines() {
-	_ = c.SetDeadline(time.Time{})
 }

@@ -1,9 +1,17 @@
-package l7
+package http1
 
 import (
 	"strconv"
 	"strings"
 	"time"
+)
+
+// Headers a client uses to pin its request to one replica itself. The first
+// is vLLM's own (one-endpoint shape); the second is the warden's, for the
+// per-replica shape.
+const (
+	RankHeader    = "X-data-parallel-rank"
+	ReplicaHeader = "X-Warden-Replica"
 )
 
 // hopByHop are the headers that describe one connection, not the message
@@ -49,7 +57,7 @@ func connectionTokens(hs []Header) []string {
 // headers and the warden's pinning headers, plus X-data-parallel-rank when
 // rank >= 0 (one-endpoint shape: that header is the steering). The upstream
 // connection is always HTTP/1.1 keep-alive, whatever the client speaks.
-func upstreamHead(h *Head, rank int, addr string) []byte {
+func UpstreamHead(h *Head, rank int, addr string) []byte {
 	listed := connectionTokens(h.Headers)
 	b := make([]byte, 0, h.Size+64)
 	b = append(b, h.Method...)
@@ -71,17 +79,17 @@ func upstreamHead(h *Head, rank int, addr string) []byte {
 			// which strict parsers such as llhttp require.
 			if !length {
 				length = true
-				b = appendHeader(b, f.Name, strconv.FormatInt(h.ContentLength, 10))
+				b = AppendHeader(b, f.Name, strconv.FormatInt(h.ContentLength, 10))
 			}
 			continue
 		}
-		b = appendHeader(b, f.Name, f.Value)
+		b = AppendHeader(b, f.Name, f.Value)
 	}
 	if !host { // HTTP/1.0 clients may omit Host; HTTP/1.1 upstreams require it
-		b = appendHeader(b, "Host", addr)
+		b = AppendHeader(b, "Host", addr)
 	}
 	if rank >= 0 {
-		b = appendHeader(b, RankHeader, strconv.Itoa(rank))
+		b = AppendHeader(b, RankHeader, strconv.Itoa(rank))
 	}
 	return append(b, "\r\n"...)
 }
@@ -90,7 +98,7 @@ func upstreamHead(h *Head, rank int, addr string) []byte {
 // replica's status and headers minus hop-by-hop ones, plus the shim's own
 // Connection header for the client connection. dechunk drops
 // Transfer-Encoding (the body will be sent as plain data until the close).
-func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive, dechunk bool) []byte {
+func ClientResponseHead(r *ResponseHead, clientVersion string, keepAlive, dechunk bool) []byte {
 	listed := connectionTokens(r.Headers)
 	b := make([]byte, 0, 512)
 	b = append(b, "HTTP/1.1 "...)
@@ -102,13 +110,13 @@ func clientResponseHead(r *ResponseHead, clientVersion string, keepAlive, dechun
 		if hopByHop(f.Name, listed) || (dechunk && strings.EqualFold(f.Name, "Transfer-Encoding")) {
 			continue
 		}
-		b = appendHeader(b, f.Name, f.Value)
+		b = AppendHeader(b, f.Name, f.Value)
 	}
 	switch {
 	case !keepAlive:
-		b = appendHeader(b, "Connection", "close")
+		b = AppendHeader(b, "Connection", "close")
 	case clientVersion == "HTTP/1.0":
-		b = appendHeader(b, "Connection", "keep-alive")
+		b = AppendHeader(b, "Connection", "keep-alive")
 	}
 	return append(b, "\r\n"...)
 }
@@ -120,16 +128,16 @@ const ParkedHeader = "X-Warden-Parked-Seconds"
 
 // withParked adds ParkedHeader to a rendered response head when the
 // request waited (head ends with the blank line).
-func withParked(head []byte, parked time.Duration) []byte {
+func WithParked(head []byte, parked time.Duration) []byte {
 	if parked <= 0 {
 		return head
 	}
-	b := appendHeader(head[:len(head)-2], ParkedHeader, strconv.FormatFloat(parked.Seconds(), 'f', 6, 64))
+	b := AppendHeader(head[:len(head)-2], ParkedHeader, strconv.FormatFloat(parked.Seconds(), 'f', 6, 64))
 	return append(b, "\r\n"...)
 }
 
 // interimHead renders a 1xx response (other than 101) for the client.
-func interimHead(r *ResponseHead) []byte {
+func InterimHead(r *ResponseHead) []byte {
 	b := make([]byte, 0, 128)
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(r.Status), 10)
@@ -137,12 +145,12 @@ func interimHead(r *ResponseHead) []byte {
 	b = append(b, r.Reason...)
 	b = append(b, "\r\n"...)
 	for _, f := range r.Headers {
-		b = appendHeader(b, f.Name, f.Value)
+		b = AppendHeader(b, f.Name, f.Value)
 	}
 	return append(b, "\r\n"...)
 }
 
-func appendHeader(b []byte, name, value string) []byte {
+func AppendHeader(b []byte, name, value string) []byte {
 	b = append(b, name...)
 	b = append(b, ": "...)
 	b = append(b, value...)

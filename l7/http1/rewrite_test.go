@@ -1,4 +1,4 @@
-package l7
+package http1
 
 import (
 	"strings"
@@ -19,7 +19,7 @@ func TestUpstreamHeadKeepsOrderAndCaseAndDropsHopByHop(t *testing.T) {
 		"Host: warden:8000\r\nx-api-key: k\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"+
 		"Keep-Alive: timeout=5\r\nExpect: 100-continue\r\nX-Warden-Replica: 2\r\n"+
 		"X-data-parallel-rank: 9\r\nContent-Length: 2\r\nX-Claude-Code-Session-Id: s\r\n\r\n")
-	got := string(upstreamHead(h, 3, "127.0.0.1:8100"))
+	got := string(UpstreamHead(h, 3, "127.0.0.1:8100"))
 	want := "POST /v1/messages?beta=true HTTP/1.1\r\n" +
 		"Host: warden:8000\r\nx-api-key: k\r\nContent-Length: 2\r\nX-Claude-Code-Session-Id: s\r\n" +
 		"X-data-parallel-rank: 3\r\n\r\n"
@@ -30,7 +30,7 @@ func TestUpstreamHeadKeepsOrderAndCaseAndDropsHopByHop(t *testing.T) {
 
 func TestUpstreamHeadWithoutRankDropsTheClientRankAndAddsHostFor10(t *testing.T) {
 	h := mustHead(t, "GET /health HTTP/1.0\r\nX-data-parallel-rank: 1\r\n\r\n")
-	got := string(upstreamHead(h, -1, "127.0.0.1:8100"))
+	got := string(UpstreamHead(h, -1, "127.0.0.1:8100"))
 	want := "GET /health HTTP/1.1\r\nHost: 127.0.0.1:8100\r\n\r\n"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
@@ -39,7 +39,7 @@ func TestUpstreamHeadWithoutRankDropsTheClientRankAndAddsHostFor10(t *testing.T)
 
 func TestUpstreamHeadCarriesOneContentLength(t *testing.T) {
 	h := mustHead(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 007, 7\r\nX-A: 1\r\ncontent-length: 7\r\n\r\n")
-	got := string(upstreamHead(h, -1, "127.0.0.1:8100"))
+	got := string(UpstreamHead(h, -1, "127.0.0.1:8100"))
 	want := "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nX-A: 1\r\n\r\n"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
@@ -48,18 +48,18 @@ func TestUpstreamHeadCarriesOneContentLength(t *testing.T) {
 
 func TestClientResponseHeadSaysCloseWhenTheConnectionEnds(t *testing.T) {
 	raw := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
-	r, err := parseResponseHead([]byte(raw), "POST")
+	r, err := ParseResponseHead([]byte(raw), "POST")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Framing != FramingChunked || !r.Reusable {
 		t.Fatalf("framing %v reusable %v", r.Framing, r.Reusable)
 	}
-	keep := string(clientResponseHead(r, "HTTP/1.1", true, false))
+	keep := string(ClientResponseHead(r, "HTTP/1.1", true, false))
 	if keep != "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" {
 		t.Fatalf("keep-alive head %q", keep)
 	}
-	closing := string(clientResponseHead(r, "HTTP/1.1", false, false))
+	closing := string(ClientResponseHead(r, "HTTP/1.1", false, false))
 	if !strings.HasSuffix(closing, "Connection: close\r\n\r\n") {
 		t.Fatalf("closing head %q", closing)
 	}
@@ -80,7 +80,7 @@ func TestResponseFramingRules(t *testing.T) {
 		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "GET", FramingClose, false},
 	}
 	for _, c := range cases {
-		r, err := parseResponseHead([]byte(c.raw), c.method)
+		r, err := ParseResponseHead([]byte(c.raw), c.method)
 		if err != nil {
 			t.Fatalf("%q: %v", c.raw, err)
 		}
@@ -94,7 +94,7 @@ func TestResponseFramingRules(t *testing.T) {
 		"HTTP/1.1 2x0 OK\r\n\r\n",
 		"ICY 200 OK\r\n\r\n",
 	} {
-		if _, err := parseResponseHead([]byte(bad), "GET"); err == nil {
+		if _, err := ParseResponseHead([]byte(bad), "GET"); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -1,4 +1,4 @@
-package l7
+package http1
 
 import (
 	"bytes"
@@ -107,7 +107,7 @@ func HeadErrorStatus(err error) int {
 // timeout becomes ErrHeadTimeout. A connection closed before its first byte
 // returns io.EOF, which needs no answer.
 func ReadHead(r io.Reader, pending []byte) (h *Head, rest []byte, err error) {
-	raw, rest, err := readRawHead(r, pending, true)
+	raw, rest, err := ReadRawHead(r, pending, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +124,7 @@ func ReadHead(r io.Reader, pending []byte) (h *Head, rest []byte, err error) {
 // response heads; a request's first line is judged as soon as it is whole,
 // so a request line no HTTP/1.x head starts with (HTTP/0.9's "GET /", a
 // word of garbage) is refused at once, not at the head timeout.
-func readRawHead(r io.Reader, pending []byte, request bool) (raw, rest []byte, err error) {
+func ReadRawHead(r io.Reader, pending []byte, request bool) (raw, rest []byte, err error) {
 	buf := pending
 	scanned, checked := 0, 0
 	lineChecked := !request

@@ -1,4 +1,4 @@
-package l7
+package http1
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ var ErrBadResponse = errors.New("l7: malformed upstream response")
 
 // parseResponseHead parses a raw response head. requestMethod decides
 // whether a body follows (never after HEAD), per RFC 9112 section 6.3.
-func parseResponseHead(raw []byte, requestMethod string) (*ResponseHead, error) {
+func ParseResponseHead(raw []byte, requestMethod string) (*ResponseHead, error) {
 	for len(raw) >= 2 && raw[0] == '\r' && raw[1] == '\n' {
 		raw = raw[2:]
 	}

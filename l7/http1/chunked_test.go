@@ -1,4 +1,4 @@
-package l7
+package http1
 
 import (
 	"errors"
@@ -58,7 +58,7 @@ func TestChunkedBodyRefusesWhatTwoParsersCouldReadDifferently(t *testing.T) {
 		"0\r\n" + strings.Repeat("X-Long: "+strings.Repeat("v", 1000)+"\r\n", MaxHeadBytes/1000) + "\r\n",
 	} {
 		for i := 0; i <= len(body); i++ {
-			if end, err := feedSplit(body, i); !errors.Is(err, errBadChunk) {
+			if end, err := feedSplit(body, i); !errors.Is(err, ErrBadChunk) {
 				t.Errorf("%.40q split at %d: end %d err %v, want errBadChunk", body, i, end, err)
 				break
 			}

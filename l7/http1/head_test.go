@@ -1,4 +1,4 @@
-package l7
+package http1
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package l7
+package datapath
 
 import (
 	"os"
@@ -19,10 +19,10 @@ func TestPhaseProfileNamesStepsAndBoundsSamples(t *testing.T) {
 
 	c := &Conn{}
 	for i := range phaseKeep + phaseEvery {
-		c.mark("head")
+		c.Mark("head")
 		time.Sleep(time.Microsecond)
-		c.mark("placed")
-		c.flushMarks(i == 0)
+		c.Mark("placed")
+		c.FlushMarks(i == 0)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

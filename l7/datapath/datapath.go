@@ -1,6 +1,9 @@
-package l7
+package datapath
 
-import "time"
+import (
+	"github.com/lmwarden/lmwarden/l7/http1"
+	"time"
+)
 
 // Exchange is one request and its response as the datapath sees them. The
 // shim fills it: it has read the request head from Client, chosen the
@@ -12,8 +15,8 @@ type Exchange struct {
 	Client  *Conn  // Client.Pending: body bytes read with the head, then maybe the next pipelined request
 	// Upstream.Pending: response bytes read with the response head.
 	Upstream *Conn
-	Request  *Head
-	Response *ResponseHead // set by the shim before RelayResponseBody
+	Request  *http1.Head
+	Response *http1.ResponseHead // set by the shim before RelayResponseBody
 	// Idle bounds how long the datapath may wait for progress (a read or a
 	// write) before giving up with a timeout error; it renews on progress.
 	Idle time.Duration
@@ -25,16 +28,6 @@ type Exchange struct {
 	// Filled in by the datapath: body bytes it moved each way.
 	BodyBytesUp, BodyBytesDown int64
 
-	// earlyAnswer: the replica answered before it took the whole request
-	// body; the client connection closes after that answer.
-	earlyAnswer bool
-	// parked: how long admission kept the request waiting at the warden
-	// (0: not at all); the client's response head says it (ParkedHeader).
-	parked time.Duration
-	// headAt: when the response head was read (time to first byte, when
-	// no body byte is seen later).
-	headAt time.Time
-
 	// BodyDeadline: the request body must have arrived by then (the
 	// model's body_timeout after the shim began to forward it). The
 	// userspace copy bounds its reads of the client with it; whatever the
@@ -42,39 +35,32 @@ type Exchange struct {
 	// moment later (abort.go).
 	BodyDeadline time.Time
 
-	// began: when the shim placed the request (the stall check's clock).
-	began time.Time
-	// responseBegan: the client has had the response head (the shim wrote
-	// it, or the kernel carried it): an error from here on cuts a stream.
-	responseBegan bool
-	// headCarried: the kernel carried the response head to the client as
-	// the replica wrote it (the shim added nothing to it).
-	headCarried bool
-	// keepAliveSent: the head the shim wrote let the client keep its
-	// connection (no Connection: close). A drain that begins while the
-	// body is relayed does not take that back: the client may already be
-	// sending its next request, which the drain answers.
-	keepAliveSent bool
-	// respFrame is where the shim's chunked parser stands in the response
-	// body it relays (respFrameValid: it relays one).
-	respFrame      ChunkedBody
+	// respFrame is where the chunked parser of whoever relayed the
+	// response body's last bytes stands: UserPath's, or a kernel
+	// datapath's (NoteResponseFrame); respFrameValid: one did.
+	respFrame      http1.ChunkedBody
 	respFrameValid bool
-	aborter
 }
 
 // NoteResponseFrame is for a kernel datapath that relayed the last bytes
 // of a chunked response body itself: p is where its parser stands, which
 // tells a cut that follows whether the client's bytes end between two
 // chunks (cut.go).
-func (x *Exchange) NoteResponseFrame(p ChunkedBody) {
+func (x *Exchange) NoteResponseFrame(p http1.ChunkedBody) {
 	x.respFrame, x.respFrameValid = p, true
+}
+
+// ResponseFrame is where the chunked parser of whoever relayed the
+// response body's last bytes stands (ok false: nobody parsed it).
+func (x *Exchange) ResponseFrame() (p http1.ChunkedBody, ok bool) {
+	return x.respFrame, x.respFrameValid
 }
 
 // Datapath moves the bodies of an exchange between the two sockets. The
 // shim keeps everything that needs a decision in userspace (request head,
 // placement, rewritten head, response head) and hands the bulk to a
 // Datapath. The userspace one (UserPath) copies with splice(2); a kernel
-// one (sockmap, l7/kernel*.go, selected with Options.Datapath) redirects
+// one (package kernel, chosen with the shim's Options.Datapath) redirects
 // socket to socket without waking the shim.
 //
 // What any Datapath must report back, because in-flight accounting and

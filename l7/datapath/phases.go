@@ -1,4 +1,4 @@
-package l7
+package datapath
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ var phases struct {
 }
 
 // mark notes that the exchange on c reached step name.
-func (c *Conn) mark(name string) {
+func (c *Conn) Mark(name string) {
 	if phasesFile == "" {
 		return
 	}
@@ -46,7 +46,7 @@ func (c *Conn) mark(name string) {
 
 // flushMarks adds the exchange's steps to the profile (first: the
 // connection's first exchange) and clears them.
-func (c *Conn) flushMarks(first bool) {
+func (c *Conn) FlushMarks(first bool) {
 	if phasesFile == "" {
 		return
 	}

@@ -1,0 +1,26 @@
+package l7
+
+import (
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
+)
+
+// readHead reads the next request head of c, through the datapath's
+// HeadReader for the first one if it has one.
+func (s *Shim) readHead(c *datapath.Conn, first bool) (*http1.Head, []byte, error) {
+	if hr, ok := s.dp.(datapath.HeadReader); ok && len(c.Pending) == 0 {
+		return hr.ReadFirstHead(c)
+	}
+	return http1.ReadHead(c.TCPConn, c.Pending)
+}
+
+// waitNextHead waits for the first byte of a keep-alive connection's next
+// head (the sk_skb datapath peeks it: see HeadReader).
+func (s *Shim) waitNextHead(c *datapath.Conn) error {
+	if w, ok := s.dp.(datapath.HeadWaiter); ok {
+		if handled, err := w.WaitHead(c); handled {
+			return err
+		}
+	}
+	return c.Fill()
+}
