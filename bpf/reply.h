@@ -463,7 +463,7 @@ int lmw_reply(struct sk_msg_md *msg)
 	 * on a busy machine). The rest of the message is carried
 	 * (bpf_msg_apply_bytes); the last byte meets this program again
 	 * (SF_TAIL_SPLIT), which sends it on to the warden's socket. */
-	if (w->ended)
+	if (w->ended && !(ctl->flags & CTL_FAULT_CARRY_END))
 		tail = 1;
 	if (len > tail) {
 		if (bpf_msg_redirect_hash(msg, &lmw_client_socks, &ctl->peer, 0) != SK_PASS) {
