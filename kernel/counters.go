@@ -27,6 +27,7 @@ type counters struct {
 	mu        sync.Mutex
 	slots     map[datapath.ReplicaKey]uint32
 	user      map[datapath.ReplicaKey]*byteCounters
+	next      uint32 // the next free slot (a forgotten one is not used again)
 }
 
 type byteCounters struct{ up, down atomic.Uint64 }
@@ -42,14 +43,28 @@ func (c *counters) slot(x *datapath.Exchange) (uint32, *byteCounters, error) {
 	defer c.mu.Unlock()
 	s, ok := c.slots[key]
 	if !ok {
-		if len(c.slots) >= maxSlots {
+		if c.next >= maxSlots {
 			return 0, nil, errKernelSlots
 		}
-		s = uint32(len(c.slots))
+		s = c.next
+		c.next++
 		c.slots[key] = s
 		c.user[key] = &byteCounters{}
 	}
 	return s, c.user[key], nil
+}
+
+// ForgetModel drops the counters of model's replicas from Counts and the
+// metrics: the self-test's, which are not a served model's.
+func (c *counters) ForgetModel(model string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.slots {
+		if key.Model == model {
+			delete(c.slots, key)
+			delete(c.user, key)
+		}
+	}
 }
 
 // Counts are one replica's counters in a kernel datapath.

@@ -90,12 +90,13 @@ func proveKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (_ *ke
 		afterKernelLoad(k.path)
 	}
 	start := time.Now()
-	proof, err = selfTest(k.path)
+	p, err := selfTest(k.path)
 	if err != nil {
 		k.close()
 		return nil, "", err
 	}
-	proof += fmt.Sprintf(" in %s", time.Since(start).Round(time.Millisecond))
+	k.proof = p
+	proof = fmt.Sprintf("%s in %s", p, time.Since(start).Round(time.Millisecond))
 	log.Info("datapath self-test", "datapath", mode, "result", proof)
 	return k, proof, nil
 }

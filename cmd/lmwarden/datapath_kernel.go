@@ -16,8 +16,9 @@ import (
 
 // kernelDatapath is a kernel datapath with its pinned state.
 type kernelDatapath struct {
-	st   *maps.State
-	path *kernel.Path
+	st    *maps.State
+	path  *kernel.Path
+	proof selfTestProof // what its self-test found
 }
 
 // loadKernelDatapath loads (or adopts) the pinned BPF state at pinDir
@@ -37,6 +38,9 @@ func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kerne
 		how = "adopted"
 	}
 	log.Info("kernel datapath", "state", p.State.Dir(), "pinned", how)
+	if old := p.State.OlderAttach(); len(old) > 0 {
+		log.Info("kernel datapath: no bpf_link for these attach types on this kernel; attached with BPF_PROG_ATTACH, which lasts as long as the pinned map", "programs", old)
+	}
 	return &kernelDatapath{st: p.State, path: p}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The self-test proves a kernel datapath on this host's kernel before
@@ -37,6 +38,10 @@ const (
 	selfTestLength    = 200_000  // the Content-Length response
 	selfTestSlowAfter = 32 << 10 // the resetting client reads this much, then resets
 )
+
+// selfTestModel names the self-test's model in the datapath's counters,
+// which forget it when the self-test ends.
+const selfTestModel = "lmwarden-selftest"
 
 // selfTestBound bounds each step of the self-test: generous, since a
 // slow machine (a VM under emulation) must not fail a datapath that
@@ -98,22 +103,22 @@ func selfTestReplica() http.Handler {
 
 // selfTest runs the self-test over the kernel datapath p; the error says
 // which step failed and how.
-func selfTest(p *kernel.Path) (string, error) {
+func selfTest(p *kernel.Path) (selfTestProof, error) {
 	upLn, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return selfTestProof{}, err
 	}
 	srv := &http.Server{Handler: selfTestReplica(), ErrorLog: nil}
 	go srv.Serve(upLn)
 	defer srv.Close()
 	m, err := agent.NewModel(agent.ModelConfig{
-		Name: "selftest", Frontend: "127.0.0.1:0", Replicas: []string{"http://" + upLn.Addr().String()},
+		Name: selfTestModel, Frontend: "127.0.0.1:0", Replicas: []string{"http://" + upLn.Addr().String()},
 		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
 		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Minute,
 		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
 	}, agent.ModelOptions{})
 	if err != nil {
-		return "", err
+		return selfTestProof{}, err
 	}
 	ups := l7.NewUpstreams(3*time.Second, 4*time.Second, 4)
 	ups.SetDial(p.Upstreams.DialTCP)
@@ -123,21 +128,44 @@ func selfTest(p *kernel.Path) (string, error) {
 		Logger: slog.New(slog.DiscardHandler)})
 	ln, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return selfTestProof{}, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- shim.Serve(ln) }()
 	defer func() { shim.Close(); <-done }()
 	st := selfTestRun{addr: ln.Addr().String(), m: m}
-	if err := st.run(); err != nil {
-		return "", err
+	err = st.run()
+	proof := selfTestProof{exchanges: st.exchanges, bytes: st.bytes}
+	if c, ok := p.Datapath.(selfTestCounts); ok {
+		proof.kernel, _ = kernel.Share(c.Counts())
+		c.ForgetModel(selfTestModel) // not a served model's counts
+	}
+	if err != nil {
+		return proof, err
 	}
 	if fb, ok := p.Datapath.(interface{ Fallback() (string, uint64) }); ok {
 		if why, _ := fb.Fallback(); why != "" {
-			return "", fmt.Errorf("self-test: %s", why)
+			return proof, fmt.Errorf("self-test: %s", why)
 		}
 	}
-	return fmt.Sprintf("self-test passed: %d exchanges, %d response bytes checked", st.exchanges, st.bytes), nil
+	return proof, nil
+}
+
+// selfTestCounts is what the kernel datapaths count (kernel/counters.go).
+type selfTestCounts interface {
+	Counts() map[datapath.ReplicaKey]kernel.Counts
+	ForgetModel(string)
+}
+
+// selfTestProof is what a passed self-test found.
+type selfTestProof struct {
+	exchanges int
+	bytes     int64  // response bytes the client checked
+	kernel    uint64 // bytes the kernel carried socket to socket
+}
+
+func (p selfTestProof) String() string {
+	return fmt.Sprintf("self-test passed: %d exchanges, %d response bytes checked, %d bytes carried by the kernel", p.exchanges, p.bytes, p.kernel)
 }
 
 // selfTestRun is the client side of one self-test.

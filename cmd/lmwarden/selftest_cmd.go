@@ -28,14 +28,11 @@ func runSelftest(args []string) error {
 	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
 	mode := fs.String("datapath", "auto", "auto (msg, then skb, then user), kernel (msg, then skb), msg or skb")
 	parent := fs.String("bpffs", "/sys/fs/bpf", "the bpffs directory the temporary state goes under")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *mode == "user" {
-		return fmt.Errorf("%w: --datapath user has nothing to prove", errUsage)
+	if _, ok := datapathModes[*mode]; !ok || *mode == "user" {
+		return fmt.Errorf("--datapath %q: want auto, kernel, msg or skb: %w", *mode, errUsage)
 	}
 	tmp, err := os.MkdirTemp(*parent, "lmwarden-selftest-")
 	if err != nil {
