@@ -26,6 +26,13 @@ const (
 // SessionHeader carries the session id on every request, as Claude Code does.
 const SessionHeader = "X-Claude-Code-Session-Id"
 
+// AgentHeader carries a Claude Code subagent's own id (16 hex digits) on
+// its requests, beside its parent's session id.
+const AgentHeader = "x-claude-code-agent-id"
+
+// turnHeaders are the conversation's ids a request carries ("": none).
+type turnHeaders struct{ Session, Agent string }
+
 // ParkedHeader is the response header in which the warden says how long a
 // request waited for admission before it was placed, in seconds (only on
 // requests that waited).
@@ -62,7 +69,7 @@ func newHTTPClient(conns int) *http.Client {
 }
 
 // streamTurn sends one turn and reads the stream to its end.
-func streamTurn(ctx context.Context, c *http.Client, api, target, model, sessionID, system string, msgs []sim.Message, maxTokens int) (turnResult, error) {
+func streamTurn(ctx context.Context, c *http.Client, api, target, model string, ids turnHeaders, system string, msgs []sim.Message, maxTokens int) (turnResult, error) {
 	res := turnResult{ttft: -1}
 	body, path := requestBody(api, model, system, msgs, maxTokens)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(target, "/")+path, bytes.NewReader(body))
@@ -71,7 +78,12 @@ func streamTurn(ctx context.Context, c *http.Client, api, target, model, session
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(SessionHeader, sessionID)
+	if ids.Session != "" {
+		req.Header.Set(SessionHeader, ids.Session)
+	}
+	if ids.Agent != "" {
+		req.Header.Set(AgentHeader, ids.Agent)
+	}
 	if api == APIAnthropic {
 		req.Header.Set("anthropic-version", "2023-06-01")
 		req.Header.Set("x-api-key", "bench")

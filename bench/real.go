@@ -52,6 +52,10 @@ type RealConfig struct {
 	// MaxContext is the model's context in tokens, where sessions that
 	// compact do (zero: max_model_len from the target's GET /v1/models).
 	MaxContext int
+	// Replay, if set, replays a trace (replay.go; the steps are its speeds).
+	Replay *ReplayConfig
+	// NoSessionHeader sends no session id, as a client without one.
+	NoSessionHeader bool
 }
 
 // DefaultRequestTimeout bounds one request, in the replicas' time.
@@ -111,6 +115,15 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 			}
 		}
 	}
+	play := func(si, ai int, step Step, arm Arm) (Result, error) {
+		return r.window(ctx, textVariant(si, ai), step, arm, perSession)
+	}
+	if cfg.Replay != nil {
+		var err error
+		if play, err = r.replay(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
 	for si, step := range r.steps {
 		for ai, arm := range cfg.Arms {
 			if cfg.Admin != "" {
@@ -119,7 +132,7 @@ func RunReal(ctx context.Context, cfg RealConfig) (*Report, error) {
 				}
 			}
 			cfg.Progress.Begin(step, arm.Name)
-			res, err := r.window(ctx, textVariant(si, ai), step, arm, perSession)
+			res, err := play(si, ai, step, arm)
 			if err != nil {
 				return nil, err
 			}
@@ -140,8 +153,10 @@ func (cfg *RealConfig) check() error {
 		return fmt.Errorf("%w: api %q (want anthropic or openai)", ErrBadConfig, cfg.API)
 	case len(cfg.Steps) == 0:
 		return fmt.Errorf("%w: no steps", ErrBadConfig)
-	case cfg.Duration <= 0:
+	case cfg.Duration <= 0 && cfg.Replay == nil:
 		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case cfg.Replay != nil && cfg.Warmup > 0:
+		return fmt.Errorf("%w: a replay has no warm-up (play an earlier slice of the trace instead)", ErrBadConfig)
 	case cfg.Warmup < 0:
 		return fmt.Errorf("%w: warm-up %v", ErrBadConfig, cfg.Warmup)
 	case len(cfg.Arms) == 0:
@@ -263,76 +278,11 @@ func (r *realRun) scaled(d time.Duration) time.Duration {
 // arrive in an open one; requests still in flight at its end are canceled
 // and counted as cut.
 func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm, perSession float64) (Result, error) {
-	r.drain(ctx)
-	rec := newRecorder(len(r.poller.keys))
-	rec.requestsPerSession = perSession
-	var mu sync.Mutex // guards ws.rec and live
-	live := liveSet{}
-	begin := time.Now()
-	ws := &realWindow{rec: rec, mu: &mu, live: live, start: begin.Add(r.scaled(r.cfg.Warmup)), speed: r.cfg.Speed}
-	var before adminSnapshot
-	var haveAdmin bool
-	measure := func() { // the window's start: counters' baselines
-		before, haveAdmin = r.adminCounters(ctx)
-		s := r.poller.poll(ctx)
-		mu.Lock()
-		ws.rec = rec
-		rec.poll(s)
-		rec.tasks.liveContext(live.sum())
-		mu.Unlock()
-	}
-	if r.cfg.Warmup > 0 {
-		// the warm-up's requests go to a recorder that is thrown away;
-		// the sessions' starts, in the tasks both share, stay
-		ws.rec = newRecorder(len(r.poller.keys))
-		ws.rec.tasks = rec.tasks
-	} else {
-		measure()
-	}
-
+	ws := r.openWindow(ctx, perSession)
 	total := r.scaled(r.cfg.Warmup + r.cfg.Duration)
 	wctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
-	pollDone := make(chan struct{})
-	go func() {
-		defer close(pollDone)
-		every := max(50*time.Millisecond, r.scaled(DefaultPollInterval))
-		t := time.NewTicker(every)
-		defer t.Stop()
-		warm := time.NewTimer(time.Until(ws.start))
-		defer warm.Stop()
-		measuring := r.cfg.Warmup <= 0
-		for {
-			select {
-			case <-wctx.Done():
-				s := r.poller.poll(ctx) // the window's closing sample
-				mu.Lock()
-				rec.poll(s)
-				rec.tasks.liveContext(live.sum())
-				mu.Unlock()
-				return
-			case <-warm.C:
-				if !measuring {
-					measure()
-					measuring = true
-				}
-			case <-t.C:
-				r.cfg.Progress.Update(time.Since(begin).Seconds() / total.Seconds())
-				if !measuring {
-					continue
-				}
-				s := r.poller.poll(wctx)
-				if wctx.Err() != nil {
-					continue
-				}
-				mu.Lock()
-				rec.poll(s)
-				rec.tasks.liveContext(live.sum())
-				mu.Unlock()
-			}
-		}
-	}()
-
+	pollDone := r.poll(ctx, wctx, ws, total)
 	sys := r.wl.SystemSectionTokens()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -344,7 +294,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm
 				select {
 				case <-wctx.Done():
 					return
-				case <-time.After(time.Until(begin.Add(r.scaled(at)))):
+				case <-time.After(time.Until(ws.begin.Add(r.scaled(at)))):
 				}
 				wg.Add(1)
 				go func() {
@@ -366,12 +316,7 @@ func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm
 				for wctx.Err() == nil {
 					s := r.wl.SessionVariant(int(next.Add(1)-1), variant)
 					if !r.playSession(wctx, s, sys, ws) {
-						// back off after a failure, so a dead endpoint is
-						// counted, not hammered
-						select {
-						case <-wctx.Done():
-						case <-time.After(max(10*time.Millisecond, r.scaled(time.Second))):
-						}
+						r.backOff(wctx)
 					}
 				}
 			}()
@@ -379,33 +324,132 @@ func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm
 	}
 	wg.Wait()
 	<-pollDone
-	if haveAdmin {
-		if after, ok := r.adminCounters(ctx); ok {
-			rec.knowsPlace = true
-			rec.stayed = int(after.stayed - before.stayed)
-			rec.moved = int(after.moved - before.moved)
-			for i := range rec.placedOn {
-				if i < len(after.perReplica) && i < len(before.perReplica) {
-					rec.placedOn[i] = float64(after.perReplica[i] - before.perReplica[i])
+	r.closeWindow(ctx, ws)
+	return ws.window.result(step, arm.Name, r.cfg.Duration.Seconds(), sys), nil
+}
+
+// backOff waits a little after a failure, so a dead endpoint is counted,
+// not hammered.
+func (r *realRun) backOff(wctx context.Context) {
+	select {
+	case <-wctx.Done():
+	case <-time.After(max(10*time.Millisecond, r.scaled(time.Second))):
+	}
+}
+
+// openWindow drains the replicas and prepares a window's recorders; the
+// measure starts at once, or after the warm-up.
+func (r *realRun) openWindow(ctx context.Context, perSession float64) *realWindow {
+	r.drain(ctx)
+	rec := newRecorder(len(r.poller.keys))
+	rec.requestsPerSession = perSession
+	begin := time.Now()
+	ws := &realWindow{rec: rec, window: rec, mu: &sync.Mutex{}, live: liveSet{}, begin: begin,
+		start: begin.Add(r.scaled(r.cfg.Warmup)), speed: r.cfg.Speed}
+	if r.cfg.Warmup > 0 {
+		// the warm-up's requests go to a recorder that is thrown away;
+		// the sessions' starts, in the tasks both share, stay
+		ws.rec = newRecorder(len(r.poller.keys))
+		ws.rec.tasks = rec.tasks
+	} else {
+		r.measure(ctx, ws)
+	}
+	return ws
+}
+
+// measure starts the measured window: counters' baselines.
+func (r *realRun) measure(ctx context.Context, ws *realWindow) {
+	ws.before, ws.haveAdmin = r.adminCounters(ctx)
+	s := r.poller.poll(ctx)
+	ws.mu.Lock()
+	ws.rec = ws.window
+	ws.window.poll(s)
+	ws.window.tasks.liveContext(ws.live.sum())
+	ws.mu.Unlock()
+}
+
+// poll samples the replicas every poll interval until wctx ends, then
+// takes the closing sample; the channel closes when it has.
+func (r *realRun) poll(ctx, wctx context.Context, ws *realWindow, total time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	sample := func(c context.Context) {
+		s := r.poller.poll(c)
+		if c.Err() != nil {
+			return
+		}
+		ws.mu.Lock()
+		ws.window.poll(s)
+		ws.window.tasks.liveContext(ws.live.sum())
+		ws.mu.Unlock()
+	}
+	go func() {
+		defer close(done)
+		every := max(50*time.Millisecond, r.scaled(DefaultPollInterval))
+		t := time.NewTicker(every)
+		defer t.Stop()
+		warm := time.NewTimer(time.Until(ws.start))
+		defer warm.Stop()
+		measuring := r.cfg.Warmup <= 0
+		for {
+			select {
+			case <-wctx.Done():
+				sample(ctx) // the window's closing sample
+				return
+			case <-warm.C:
+				if !measuring {
+					r.measure(ctx, ws)
+					measuring = true
+				}
+			case <-t.C:
+				if total > 0 {
+					r.cfg.Progress.Update(time.Since(ws.begin).Seconds() / total.Seconds())
+				}
+				if measuring {
+					sample(wctx)
 				}
 			}
-			if after.unknownReplica > before.unknownReplica {
-				// vLLM's own balancer chose: the warden cannot say where.
-				rec.knowsPlace = false
-				rec.stayed, rec.moved = 0, 0
-			}
+		}
+	}()
+	return done
+}
+
+// closeWindow reads the warden's placement counters over the window.
+func (r *realRun) closeWindow(ctx context.Context, ws *realWindow) {
+	if !ws.haveAdmin {
+		return
+	}
+	after, ok := r.adminCounters(ctx)
+	if !ok {
+		return
+	}
+	rec, before := ws.window, ws.before
+	rec.knowsPlace = true
+	rec.stayed = int(after.stayed - before.stayed)
+	rec.moved = int(after.moved - before.moved)
+	for i := range rec.placedOn {
+		if i < len(after.perReplica) && i < len(before.perReplica) {
+			rec.placedOn[i] = float64(after.perReplica[i] - before.perReplica[i])
 		}
 	}
-	return rec.result(step, arm.Name, r.cfg.Duration.Seconds(), sys), nil
+	if after.unknownReplica > before.unknownReplica {
+		// vLLM's own balancer chose: the warden cannot say where.
+		rec.knowsPlace = false
+		rec.stayed, rec.moved = 0, 0
+	}
 }
 
 // realWindow is what a window's session goroutines share.
 type realWindow struct {
-	rec   *recorder
-	mu    *sync.Mutex // guards rec and live
-	live  liveSet
-	start time.Time
-	speed float64
+	rec    *recorder   // where requests are recorded now (a throw-away one during a warm-up)
+	window *recorder   // the measured window's
+	mu     *sync.Mutex // guards rec, window and live
+	live   liveSet
+	begin  time.Time // sessions start here
+	start  time.Time // the measure starts here
+	speed  float64
+	// the warden's counters at the measure's start
+	before    adminSnapshot
+	haveAdmin bool
 }
 
 // since is seconds from the window's start to t, in the replicas' time.
@@ -438,7 +482,11 @@ func (r *realRun) playSession(wctx context.Context, s *Session, sys int, ws *rea
 		ws.live.set(s.ID, max(held, sys)+len(req.Messages[len(req.Messages)-1].Content)/sim.BytesPerToken)
 		mu.Unlock()
 		rctx, cancel := context.WithTimeout(wctx, r.scaled(r.cfg.RequestTimeout))
-		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, s.ID, r.wl.System, req.Messages, req.MaxTokens)
+		ids := turnHeaders{Session: s.ID}
+		if r.cfg.NoSessionHeader {
+			ids.Session = ""
+		}
+		res, err := streamTurn(rctx, r.client, r.cfg.API, r.cfg.Target, r.model, ids, r.wl.System, req.Messages, req.MaxTokens)
 		timedOut := rctx.Err() != nil && wctx.Err() == nil
 		cancel()
 		mu.Lock()

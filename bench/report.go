@@ -37,6 +37,8 @@ type Report struct {
 	Workload   string   `json:"workload,omitempty"`
 	MaxContext int      `json:"max_context,omitempty"`
 	Arms       []string `json:"arms"`
+	// Replay describes the trace a replay played (replay.go).
+	Replay *ReplayInfo `json:"replay,omitempty"`
 	// ArmPolicies says what each arm ran (e.g. off = vllm-lb, lb-stats fresh).
 	ArmPolicies map[string]string `json:"arm_policies"`
 	// WorkloadIdeal is the steady-state ideal hit rate of the workload.
@@ -97,7 +99,34 @@ type Result struct {
 
 	TaskStats
 
+	// TTFT's mean and further percentiles, per request.
+	TTFTMean Num `json:"ttft_mean_s"`
+	TTFTP90  Num `json:"ttft_p90_s"`
+	TTFTP99  Num `json:"ttft_p99_s"`
+
+	// Replay holds a replay step's own numbers.
+	Replay *ReplayResult `json:"replay,omitempty"`
+
 	Notes []string `json:"notes,omitempty"`
+}
+
+// ReplayInfo says what a replay played.
+type ReplayInfo struct {
+	Trace string `json:"trace"`
+	Block int    `json:"block_tokens"`
+	// FromSeconds and UntilSeconds are the slice of the trace's time (0:
+	// its end).
+	FromSeconds   float64 `json:"from_s"`
+	UntilSeconds  float64 `json:"until_s,omitempty"`
+	SpanSeconds   float64 `json:"span_s"`
+	Requests      int     `json:"requests"`
+	Conversations int     `json:"conversations"`
+	// TraceConversations are the whole trace's, rebuilt from its hash
+	// chains, and TraceContinued the rows that continue one.
+	TraceRequests      int  `json:"trace_requests"`
+	TraceConversations int  `json:"trace_conversations"`
+	TraceContinued     int  `json:"trace_continued"`
+	SessionHeader      bool `json:"session_header"`
 }
 
 // TaskStats are what an agent user waits for (bench/tasks.go): whole

@@ -21,6 +21,38 @@ type Step struct {
 	Arrivals  string  `json:"arrivals,omitempty"` // "" (closed) or ArrivalsPoisson
 	PerMin    float64 `json:"arrivals_per_min,omitempty"`
 	CacheLoad float64 `json:"load,omitempty"`
+	// ReplaySpeed, in a trace replay, is how many seconds of the trace's
+	// time pass in a second (replay.go); the other fields are then unused.
+	ReplaySpeed float64 `json:"replay_speed,omitempty"`
+}
+
+// ReplaySpeeds is the steps of a replay at each speed.
+func ReplaySpeeds(speeds ...float64) []Step {
+	out := make([]Step, len(speeds))
+	for i, v := range speeds {
+		out[i] = Step{ReplaySpeed: v}
+	}
+	return out
+}
+
+// ParseReplaySpeeds reads --replay-speed: positive factors, "1,10,20".
+func ParseReplaySpeeds(list string) ([]Step, error) {
+	var out []Step
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(part), "x"))
+		if part == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(part, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%w: replay speed %q: want a positive factor such as 10 (ten seconds of the trace a second)", ErrBadConfig, part)
+		}
+		out = append(out, Step{ReplaySpeed: v})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no replay speed", ErrBadConfig)
+	}
+	return out, nil
 }
 
 // ArrivalsPoisson names the open loop.
@@ -41,6 +73,9 @@ func (s Step) Open() bool { return s.Arrivals == ArrivalsPoisson }
 // String names the step in tables and progress lines: "24", "3/min",
 // "1.5x (17)", "1.5x (3.2/min)".
 func (s Step) String() string {
+	if s.ReplaySpeed > 0 {
+		return "×" + strconv.FormatFloat(s.ReplaySpeed, 'g', 4, 64)
+	}
 	var n string
 	switch {
 	case s.Open():
@@ -60,6 +95,9 @@ func (s Step) String() string {
 
 // phrase names the step in a sentence: "24 sessions", "arrivals 3/min".
 func (s Step) phrase() string {
+	if s.ReplaySpeed > 0 {
+		return "replay at " + s.String()
+	}
 	if s.Open() {
 		return "arrivals " + s.String()
 	}
@@ -68,12 +106,14 @@ func (s Step) phrase() string {
 
 // fileLabel names the step in a file name: "24", "3.2permin", "1.5x-17".
 func (s Step) fileLabel() string {
-	return strings.NewReplacer("/", "per", " (", "-", ")", "", " ", "").Replace(s.String())
+	return strings.NewReplacer("/", "per", " (", "-", ")", "", " ", "", "×", "speed").Replace(s.String())
 }
 
 // value is where the step sits on a plot's x axis.
 func (s Step) value() float64 {
 	switch {
+	case s.ReplaySpeed > 0:
+		return s.ReplaySpeed
 	case s.CacheLoad > 0:
 		return s.CacheLoad
 	case s.Open():
@@ -84,6 +124,9 @@ func (s Step) value() float64 {
 
 // sized says whether the step can run (a load step is sized by ResolveSteps).
 func (s Step) sized() bool {
+	if s.ReplaySpeed > 0 {
+		return !math.IsInf(s.ReplaySpeed, 0)
+	}
 	if s.Open() {
 		return s.PerMin > 0 && !math.IsInf(s.PerMin, 0)
 	}

@@ -35,10 +35,16 @@ var columns = []column{
 // "first → second" (e.g. off → on); with more, one row per step and arm.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n", r.caption())
-	r.writeTables(&b, columns)
-	b.WriteString("\n" + taskTableCaption + "\n\n")
-	r.writeTables(&b, r.taskColumns())
+	if r.Replay != nil {
+		fmt.Fprintf(&b, "%s\n\n", r.replayCaption())
+		r.longTable(&b, replayColumns)
+		b.WriteString("\n" + replayTableNote + "\n")
+	} else {
+		fmt.Fprintf(&b, "%s\n\n", r.caption())
+		r.writeTables(&b, columns)
+		b.WriteString("\n" + taskTableCaption + "\n\n")
+		r.writeTables(&b, r.taskColumns())
+	}
 	for _, n := range r.StepNotes {
 		fmt.Fprintf(&b, "- load %s\n", n)
 	}
@@ -151,6 +157,9 @@ func (r *Report) workloadPhrase() string {
 // stepHead heads the step column: "sessions" when every step is a plain
 // closed-loop count, "step" otherwise (loads show their sizing).
 func (r *Report) stepHead() string {
+	if r.Replay != nil {
+		return "speed"
+	}
 	for _, s := range r.Steps {
 		if s.Open() || s.CacheLoad > 0 {
 			return "step"

@@ -44,6 +44,14 @@ type VirtualConfig struct {
 	// MaxContext is the model's context in tokens, where sessions that
 	// compact do (zero: the profile's ContextLimit).
 	MaxContext int
+	// Replay, if set, replays a trace instead of generating sessions
+	// (replay.go; the steps are then its speeds).
+	Replay *ReplayConfig
+	// NoSessionHeader sends no session id, as a client without one.
+	NoSessionHeader bool
+	// SpillThreshold, if set (N or Auto), replaces the warden's default
+	// spill threshold (agent config spill_threshold).
+	SpillThreshold agent.SpillThreshold
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -57,6 +65,9 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Replay != nil {
+		return runVirtualReplay(ctx, cfg)
 	}
 	if cfg.MaxContext <= 0 {
 		cfg.MaxContext = cfg.Profile.ContextLimit()
@@ -83,18 +94,12 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
-	var shared *virtualWorld
+	worlds := worldSource{cfg: cfg}
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
-			world := shared
-			if world == nil || cfg.FreshReplicas {
-				var err error
-				if world, err = newVirtualWorld(cfg); err != nil {
-					return nil, err
-				}
-				if !cfg.FreshReplicas {
-					shared = world
-				}
+			world, err := worlds.next()
+			if err != nil {
+				return nil, err
 			}
 			cfg.Progress.Begin(step, arm.Name)
 			world.perSession = perSession
@@ -111,6 +116,25 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	return rep, nil
 }
 
+// worldSource hands each window its replicas and placement: new ones for
+// a policy comparison, else the one set the whole run shares.
+type worldSource struct {
+	cfg    VirtualConfig
+	shared *virtualWorld
+}
+
+func (s *worldSource) next() (*virtualWorld, error) {
+	if s.shared != nil && !s.cfg.FreshReplicas {
+		return s.shared, nil
+	}
+	world, err := newVirtualWorld(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.shared = world
+	return world, nil
+}
+
 // textVariant numbers the step-arm windows of a run (see SessionVariant).
 func textVariant(step, arm int) uint64 { return uint64(step)<<8 | uint64(arm) }
 
@@ -123,8 +147,10 @@ func (cfg *VirtualConfig) check() error {
 		return fmt.Errorf("%w: replicas %d", ErrBadConfig, cfg.Replicas)
 	case len(cfg.Steps) == 0:
 		return fmt.Errorf("%w: no steps", ErrBadConfig)
-	case cfg.Duration <= 0:
+	case cfg.Duration <= 0 && cfg.Replay == nil:
 		return fmt.Errorf("%w: duration %v", ErrBadConfig, cfg.Duration)
+	case cfg.Replay != nil && cfg.Warmup > 0:
+		return fmt.Errorf("%w: a replay has no warm-up (play an earlier slice of the trace instead)", ErrBadConfig)
 	case cfg.Warmup < 0:
 		return fmt.Errorf("%w: warm-up %v", ErrBadConfig, cfg.Warmup)
 	case len(cfg.Arms) == 0:
@@ -135,6 +161,9 @@ func (cfg *VirtualConfig) check() error {
 	for _, s := range cfg.Steps {
 		if s.CacheLoad <= 0 && !s.sized() {
 			return fmt.Errorf("%w: step %s", ErrBadConfig, s)
+		}
+		if (s.ReplaySpeed > 0) != (cfg.Replay != nil) {
+			return fmt.Errorf("%w: step %s: a replay's steps are its speeds, and only a replay's", ErrBadConfig, s)
 		}
 	}
 	return nil
@@ -171,6 +200,9 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 		mc.Replicas = append(mc.Replicas, fmt.Sprintf("http://127.0.0.1:%d", 8100+i))
 	}
 	mc.VLLMLBStats = cfg.LBStats.String()
+	if cfg.SpillThreshold.Auto || cfg.SpillThreshold.N > 0 {
+		mc.SpillThreshold = cfg.SpillThreshold
+	}
 	// The session-hash key comes from the seed too, so that `hash` (and
 	// every table ordered by hash) places the same sessions alike run after run.
 	var key [16]byte
@@ -258,166 +290,24 @@ type flight struct {
 // sessions in a closed loop, or sessions arriving at step.PerMin a minute;
 // then aborts whatever is still in flight.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
-	w.model.SetAffinity(arm.Affinity)
-	if err := w.model.SetPolicy(arm.Policy); err != nil {
+	a, err := w.openWindow(step, arm)
+	if err != nil {
 		return Result{}, err
 	}
-	w.drain()
-	begin := w.v.Now()               // the sessions start here
-	start := begin.Add(w.cfg.Warmup) // the measured window starts here
-	end := start.Add(w.cfg.Duration)
-	window := newRecorder(w.cfg.Replicas)
-	window.requestsPerSession = w.perSession
-	// During a warm-up the requests go to a recorder that is thrown away;
-	// the sessions' starts, kept in the tasks both share, stay.
-	rec := newRecorder(w.cfg.Replicas)
-	rec.tasks = window.tasks
-	w.live = liveSet{}
-	since := func(t time.Time) float64 { return t.Sub(start).Seconds() }
-	var admitted agent.AdmissionStats
-	measure := func() {
-		rec = window
-		w.rec = window
-		admitted = w.model.AdmissionStatsAt(w.v.Now())
-		if w.cfg.Trace != nil {
-			w.cfg.Trace.Window(step, arm.Name, start)
-		}
-		w.observe() // a sample at the window's start: counters' baseline
-	}
-	if w.cfg.Warmup > 0 {
-		w.rec = nil
-		w.v.At(start, measure)
-	} else {
-		measure()
-	}
-	sys := wl.SystemSectionTokens()
-
-	open := true
-	inFlight := map[uint64]flight{}
-	nextSession := 0
-	var startSession func(at time.Time)
-	var sendTurn func(c *Conversation, prev []uint32, reused int)
-	var submitTurn func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error)
-	// ended: a session finished or failed; a closed loop replaces it.
-	ended := func(at time.Time) {
-		if !step.Open() {
-			startSession(at)
-		}
-	}
-
-	startSession = func(at time.Time) {
-		c := NewConversation(wl.SessionVariant(nextSession, variant))
-		c.Limit = w.cfg.MaxContext
-		nextSession++
-		w.v.At(at.Add(c.Session.Pauses[0]), func() { sendTurn(c, nil, sys) })
-	}
-	sendTurn = func(c *Conversation, prev []uint32, reused int) {
-		if !open {
-			return
-		}
-		req := c.NextRequest()
-		prompt := nextPrompt(wl.System, prev, req.Messages)
-		if req.Fresh {
-			reused = sys // a fresh history shares only the system prompt
-		}
-		sent := w.v.Now()
-		if req.First {
-			rec.tasks.sessionStarted(c.Session.ID, since(sent))
-		}
-		w.live.set(c.Session.ID, len(prompt))
-		w.admit(agent.Request{SessionID: c.Session.ID, PromptBytes: bodyBytes(wl.System, req.Messages), Now: sent}, c.Turn,
-			func(p agent.Placement, err error) { submitTurn(c, req, prompt, reused, sent, p, err) })
-	}
-	submitTurn = func(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
-		parked := w.v.Now().Sub(sent).Seconds()
-		if parked > 0 {
-			rec.tasks.parkedFor(parked, false)
-		}
-		if err != nil {
-			rec.failed("placement", false, err)
-			rec.tasks.sessionFailed(c.Session.ID)
-			w.live.end(c.Session.ID)
-			ended(w.v.Now())
-			return
-		}
-		rec.placed(c.Session.ID, p.Replica)
-		w.nextID++
-		id := w.nextID
-		ttft := nanSec
-		inFlight[id] = flight{replica: p.Replica, place: p}
-		w.v.Submit(p.Replica, &sim.Request{
-			ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
-			OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
-			OnDone: func(at time.Time, r sim.Result) {
-				delete(inFlight, id)
-				w.model.Done(p, at)
-				w.wakeParked()
-				if !open {
-					rec.cut++
-					if w.cfg.Trace != nil && rec == window {
-						w.cfg.Trace.Request(cutRequest(c.Session.ID, c.Turn, p, sent, ttft, at, parked))
-					}
-					return
-				}
-				if r.Err != nil {
-					rec.failed("replica: "+r.Err.Error(), false, r.Err)
-					rec.tasks.sessionFailed(c.Session.ID)
-					w.live.end(c.Session.ID)
-					ended(at)
-					return
-				}
-				w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
-				rec.answered(c.Session.ID, req.First, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, reused)
-				if w.cfg.Trace != nil && rec == window {
-					w.cfg.Trace.Request(TraceRequest{Session: c.Session.ID, Turn: c.Turn, Replica: p.Replica,
-						Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,
-						Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens, Parked: parked})
-				}
-				if req.Compaction {
-					rec.compactions++
-				}
-				c.Answer(r.OutputText, r.PromptTokens, r.OutputTokens)
-				if c.Done() {
-					rec.completed++
-					rec.tasks.sessionFinished(c.Session.ID, since(at))
-					w.live.end(c.Session.ID)
-					ended(at)
-					return
-				}
-				next := len(prompt) + r.OutputTokens
-				w.v.At(at.Add(c.Session.Pauses[c.Turn]), func() { sendTurn(c, prompt, next) })
-			},
-		})
-	}
-
+	l := &sessionLoop{a: a, wl: wl, variant: variant, sys: wl.SystemSectionTokens()}
 	if step.Open() {
 		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
-			w.v.At(begin.Add(at), func() { startSession(w.v.Now()) })
+			w.v.At(a.begin.Add(at), func() { l.startSession(w.v.Now()) })
 		}
 	} else {
 		for slot := range step.Sessions {
-			w.v.At(begin.Add(wl.StartOffset(slot)), func() { startSession(w.v.Now()) })
+			w.v.At(a.begin.Add(wl.StartOffset(slot)), func() { l.startSession(w.v.Now()) })
 		}
 	}
-	const slice = 5 * time.Second
-	for t := begin; t.Before(end); {
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		t = minTime(t.Add(slice), end)
-		w.v.RunUntil(t)
-		w.cfg.Progress.Update(t.Sub(begin).Seconds() / end.Sub(begin).Seconds())
+	if err := a.play(ctx, a.end, nil); err != nil {
+		return Result{}, err
 	}
-	w.observe() // the window's closing sample
-	open = false
-	w.cancelParked()
-	for id, f := range inFlight {
-		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
-	}
-	w.rec = nil
-	res := window.result(step, arm.Name, w.cfg.Duration.Seconds(), sys)
-	res.Admission = admissionCounts(admitted, w.model.AdmissionStatsAt(w.v.Now()))
-	return res, nil
+	return a.close(w.cfg.Duration.Seconds(), l.sys), nil
 }
 
 var nanSec = math.NaN()

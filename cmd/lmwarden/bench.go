@@ -56,6 +56,12 @@ type benchFlags struct {
 	arrivals                             string
 	maxContext                           int
 	pollInterval                         time.Duration
+	spillThreshold                       string
+	replay, replaySpeed                  string // bench_replay.go
+	replayBlock                          int
+	replayFrom, replayUntil              time.Duration
+	sessionHeader                        bool
+	set                                  map[string]bool // the flags given
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -89,6 +95,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4) or long (heavy-tailed turns with tool results, compacting near the model's context)")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
+	fs.StringVar(&f.spillThreshold, "spill-threshold", "", "--virtual: the warden's spill threshold, requests in flight or auto (default: the warden's default, 8)")
+	f.registerReplay(fs)
 }
 
 func policyNames() string {
@@ -106,154 +114,27 @@ func runBench(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-
-	list := f.steps
-	if !set["steps"] && strings.Contains(f.arrivals, ":") {
-		list = "" // poisson:RATE names the one step
-	}
-	steps, err := bench.ParseSteps(list, f.arrivals)
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	plan, err := f.plan()
 	if err != nil {
-		return fmt.Errorf("--steps/--arrivals: %v: %w", err, errUsage)
-	}
-	if f.warmup < 0 {
-		return fmt.Errorf("--warmup %v: want zero or a positive duration: %w", f.warmup, errUsage)
-	}
-	if f.maxContext < 0 {
-		return fmt.Errorf("--max-context %d: want a number of tokens: %w", f.maxContext, errUsage)
-	}
-	shape, err := bench.ParseWorkload(f.workload)
-	if err != nil {
-		return fmt.Errorf("--workload: %v: %w", err, errUsage)
-	}
-	if f.duration <= 0 {
-		return fmt.Errorf("--duration %v: want a positive duration: %w", f.duration, errUsage)
-	}
-	lb, err := vllmlb.ParseStatsMode(f.lbStats)
-	if err != nil {
-		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
-	}
-	armList, fresh := f.arms, false
-	if f.policies != "" {
-		if !f.virtual {
-			return fmt.Errorf("--policies needs --virtual (against a warden, configure its policy and use --arms): %w", errUsage)
-		}
-		if set["arms"] {
-			return fmt.Errorf("give --arms or --policies, not both: %w", errUsage)
-		}
-		armList, fresh = f.policies, true
-		if f.policies == "all" {
-			armList = policyNames()
-		}
-	}
-	arms, err := bench.ParseArms(armList)
-	if err != nil {
-		return fmt.Errorf("--arms/--policies: %v: %w", err, errUsage)
+		return err
 	}
 	out := f.out
 	if out == "" {
 		out = filepath.Join("out", "bench-"+time.Now().UTC().Format("20060102-150405"))
 	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	phases := len(steps) * len(arms)
 	var rep *bench.Report
 	var tr bench.TraceRecorder
 	if f.virtual {
-		for _, name := range []string{"target", "admin", "replica-metrics", "speed", "api", "timeout", "model", "model-name"} {
-			if set[name] {
-				return fmt.Errorf("--%s is for real runs, not --virtual: %w", name, errUsage)
-			}
-		}
-		f.overrides.name = f.profile
-		p, err := f.overrides.resolve()
-		if err != nil {
-			return err
-		}
-		if f.pollInterval <= 0 {
-			return fmt.Errorf("--poll-interval %v: want a positive duration: %w", f.pollInterval, errUsage)
-		}
-		if f.replicas < 1 {
-			return fmt.Errorf("--replicas %d: want at least 1: %w", f.replicas, errUsage)
-		}
-		admission, err := admissionFor(f.admission, f.admissionTimeout, f.admissionFill, f.admissionQuantum)
-		if err != nil {
-			return err
-		}
-		rep, err = bench.RunVirtual(ctx, bench.VirtualConfig{
-			Profile: p, Replicas: f.replicas, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms,
-			FreshReplicas: fresh, LBStats: lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, phases),
-			PollInterval: f.pollInterval,
-			Trace:        traceFor(f.trace, &tr),
-			Admission:    admission,
-			Workload:     shape,
-			MaxContext:   f.maxContext,
-		})
-		if err != nil {
-			return err
-		}
+		rep, err = f.runVirtual(ctx, plan, traceFor(f.trace, &tr))
 	} else {
-		if f.target == "" {
-			return fmt.Errorf("--target is required (or --virtual): %w", errUsage)
-		}
-		for _, name := range overrideFlags {
-			if set[name] {
-				return fmt.Errorf("--%s is for --virtual runs (a real replica has its own): %w", name, errUsage)
-			}
-		}
-		for _, name := range []string{"admission", "admission-timeout", "admission-fill", "admission-quantum"} {
-			if set[name] {
-				return fmt.Errorf("--%s is for --virtual runs (a real warden has its own, in its config): %w", name, errUsage)
-			}
-		}
-		if f.api != bench.APIAnthropic && f.api != bench.APIOpenAI {
-			return fmt.Errorf("--api %q: want anthropic or openai: %w", f.api, errUsage)
-		}
-		if len(arms) > 1 && f.admin == "" {
-			return fmt.Errorf("%d arms need --admin to switch between them (or --arms on for one arm): %w", len(arms), errUsage)
-		}
-		if f.admin == "" && len(f.replicaMetrics) == 0 {
-			return fmt.Errorf("give --replica-metrics (repeat per replica) or --admin to read the replicas' counters: %w", errUsage)
-		}
-		if f.speed <= 0 {
-			return fmt.Errorf("--speed %v: want > 0: %w", f.speed, errUsage)
-		}
-		for name, u := range map[string]string{"target": f.target, "admin": f.admin} {
-			if u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-				return fmt.Errorf("--%s %q: want an http:// URL: %w", name, u, errUsage)
-			}
-		}
-		profile, lbLabel := "", ""
-		if set["profile"] {
-			profile = f.profile
-		}
-		for _, s := range steps {
-			if s.CacheLoad > 0 && profile == "" {
-				return fmt.Errorf("step %s is a load: give --profile, the replicas' profile, to size it: %w", s, errUsage)
-			}
-		}
-		if set["lb-stats"] {
-			lbLabel = lb.String() // else the warden's (or vLLM's) own setting, unknown here
-		}
-		// With --admin the run switches the warden to each arm and back
-		// through its admin API: writes, which need the warden's token.
-		var token string
-		if f.admin != "" {
-			if token, err = agent.ReadAdminToken(f.adminTokenFile); err != nil {
-				return err
-			}
-		}
-		rep, err = bench.RunReal(ctx, bench.RealConfig{
-			Target: f.target, API: f.api, Model: f.model, Admin: f.admin, AdminToken: token, ModelName: f.modelName,
-			ReplicaMetrics: f.replicaMetrics, Steps: steps, Duration: f.duration, Warmup: f.warmup, Arms: arms, Seed: f.seed,
-			Speed: f.speed, RequestTimeout: f.timeout, Profile: profile, LBStats: lbLabel,
-			Progress: bench.NewProgress(os.Stderr, phases), Workload: shape, MaxContext: f.maxContext,
-		})
-		if err != nil {
-			return err
-		}
+		rep, err = f.runReal(ctx, plan)
+	}
+	if err != nil {
+		return err
 	}
 	if f.trace {
 		if err := tr.WriteAll(out); err != nil {
@@ -261,6 +142,76 @@ func runBench(args []string) error {
 		}
 	}
 	return finishReport(os.Stdout, rep, out)
+}
+
+// benchPlan is what the flags common to both runners resolve to.
+type benchPlan struct {
+	steps  []bench.Step
+	arms   []bench.Arm
+	fresh  bool // policies side by side, each on fresh replicas
+	shape  bench.WorkloadShape
+	lb     vllmlb.StatsMode
+	replay *bench.ReplayConfig
+	phases int
+}
+
+// plan checks the flags both runners share and resolves them.
+func (f *benchFlags) plan() (benchPlan, error) {
+	var p benchPlan
+	var err error
+	if f.replay != "" {
+		if p.steps, p.replay, err = f.replayPlan(); err != nil {
+			return p, err
+		}
+	} else if p.steps, err = f.sessionSteps(); err != nil {
+		return p, err
+	}
+	if f.warmup < 0 {
+		return p, fmt.Errorf("--warmup %v: want zero or a positive duration: %w", f.warmup, errUsage)
+	}
+	if f.maxContext < 0 {
+		return p, fmt.Errorf("--max-context %d: want a number of tokens: %w", f.maxContext, errUsage)
+	}
+	if p.shape, err = bench.ParseWorkload(f.workload); err != nil {
+		return p, fmt.Errorf("--workload: %v: %w", err, errUsage)
+	}
+	if f.duration <= 0 {
+		return p, fmt.Errorf("--duration %v: want a positive duration: %w", f.duration, errUsage)
+	}
+	if p.lb, err = vllmlb.ParseStatsMode(f.lbStats); err != nil {
+		return p, fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	armList := f.arms
+	if f.policies != "" {
+		if !f.virtual {
+			return p, fmt.Errorf("--policies needs --virtual (against a warden, configure its policy and use --arms): %w", errUsage)
+		}
+		if f.set["arms"] {
+			return p, fmt.Errorf("give --arms or --policies, not both: %w", errUsage)
+		}
+		armList, p.fresh = f.policies, true
+		if f.policies == "all" {
+			armList = policyNames()
+		}
+	}
+	if p.arms, err = bench.ParseArms(armList); err != nil {
+		return p, fmt.Errorf("--arms/--policies: %v: %w", err, errUsage)
+	}
+	p.phases = len(p.steps) * len(p.arms)
+	return p, nil
+}
+
+// sessionSteps reads --steps and --arrivals.
+func (f *benchFlags) sessionSteps() ([]bench.Step, error) {
+	list := f.steps
+	if !f.set["steps"] && strings.Contains(f.arrivals, ":") {
+		list = "" // poisson:RATE names the one step
+	}
+	steps, err := bench.ParseSteps(list, f.arrivals)
+	if err != nil {
+		return nil, fmt.Errorf("--steps/--arrivals: %v: %w", err, errUsage)
+	}
+	return steps, nil
 }
 
 // finishReport prints the table, writes the files and says where they are.
