@@ -96,11 +96,11 @@ int lmw_pair(struct bpf_sock_ops *skops)
 	sk = skops->sk;
 	if (!sk)
 		return 1;
-	/* own is tested once. Where the verifier has to follow a branch it
-	 * already knows the outcome of speculatively (no CAP_PERFMON, up
-	 * to 6.16), a second test of a pointer it knows to be NULL sends
-	 * it down the dereference with a scalar, and it refuses the
-	 * program ("R0 invalid mem access 'scalar'", seen on 6.12). */
+	/* own is tested once. Where the verifier follows a branch whose
+	 * outcome it knows speculatively (a loader without CAP_PERFMON, on
+	 * 6.12 but not 6.18), a second test of a pointer it knows to be
+	 * NULL sends it down the dereference with a scalar, and it refuses
+	 * the program ("R0 invalid mem access 'scalar'"). */
 	own = bpf_map_lookup_elem(&lmw_own_conns, &k);
 	if (!own) {
 		join_client(skops, &k);

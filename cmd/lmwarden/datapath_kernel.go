@@ -47,8 +47,8 @@ func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kerne
 // kernelNeeds is what each kernel datapath needs, as measured
 // (docs/kernel.md, "Requirements (as measured)").
 var kernelNeeds = map[maps.Mode]string{
-	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.10 with BTF",
-	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF",
+	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.1 with BTF",
+	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.1 with BTF",
 }
 
 // listenFrontend opens the listener of a model's shim: an ephemeral

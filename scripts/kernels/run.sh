@@ -178,6 +178,7 @@ EOF
 initramfs() {
 	local x=$1 img=$2 root
 	root=$(mktemp -d "$OUT/root.XXXXXX")
+	chmod 0755 "$root" # the VM's /: mktemp's 0700 would keep nobody out
 	mkdir -p "$root"/{bin,sbin,etc,lib/modules,root,proc,sys,dev,tmp,run}
 	cp /bin/busybox "$root/bin/busybox"
 	cp "$BIN"/* "$root/bin/"
