@@ -70,7 +70,7 @@ generate:
 	$(GO) generate ./bpf/...
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./agent/ ./l7/ ./sim/
+	$(GO) test -run '^$$' -bench . -benchmem ./agent/placement/ ./l7/ ./sim/
 
 demo: build
 	./$(BIN) demo

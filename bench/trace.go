@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -47,7 +47,7 @@ type TraceRequest struct {
 }
 
 // cutRequest is the trace row of a request the window's close cut.
-func cutRequest(session string, turn int, p agent.Placement, sent time.Time, ttft float64, at time.Time, parked float64) TraceRequest {
+func cutRequest(session string, turn int, p placement.Placement, sent time.Time, ttft float64, at time.Time, parked float64) TraceRequest {
 	if math.IsNaN(ttft) {
 		ttft = at.Sub(sent).Seconds()
 	}

@@ -7,12 +7,13 @@ import (
 	"math"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// VirtualConfig is a run on the virtual clock: the workload, agent.Model's
+// VirtualConfig is a run on the virtual clock: the workload, placement.Model's
 // placement and sim's replica engines in one goroutine, no sockets.
 type VirtualConfig struct {
 	Profile  sim.Profile
@@ -37,8 +38,8 @@ type VirtualConfig struct {
 	// Trace, if set, receives every poll and answered request (bench/trace.go).
 	Trace Tracer
 	// Admission, if its Mode is set, replaces the model's admission settings
-	// (agent.Model.SetAdmission; virtual_admission.go).
-	Admission agent.AdmissionConfig
+	// (placement.Model.SetAdmission; virtual_admission.go).
+	Admission config.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape
 	// MaxContext is the model's context in tokens, where sessions that
@@ -51,7 +52,7 @@ type VirtualConfig struct {
 	NoSessionHeader bool
 	// SpillThreshold, if set (N or Auto), replaces the warden's default
 	// spill threshold (agent config spill_threshold).
-	SpillThreshold agent.SpillThreshold
+	SpillThreshold config.SpillThreshold
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -182,7 +183,7 @@ func summary(r Result) string {
 type virtualWorld struct {
 	cfg   VirtualConfig
 	v     *sim.Virtual
-	model *agent.Model
+	model *placement.Model
 	rec   *recorder // the window being measured, nil between windows
 	live  liveSet   // the window's live sessions' context (tasks.go)
 	// perSession is the workload's mean requests a session (sessions/h).
@@ -192,7 +193,7 @@ type virtualWorld struct {
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
-	mc := agent.DefaultConfig().Models[0]
+	mc := config.DefaultConfig().Models[0]
 	mc.Name = "bench"
 	mc.Frontend = "127.0.0.1:8000"
 	mc.Replicas = nil
@@ -208,8 +209,8 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	var key [16]byte
 	binary.LittleEndian.PutUint64(key[:8], cfg.Seed)
 	binary.LittleEndian.PutUint64(key[8:], 0x6c6d7761726465e6)
-	hasher := agent.NewSessionHasher(key[:])
-	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
+	hasher := placement.NewSessionHasher(key[:])
+	model, err := placement.NewModel(mc, placement.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
@@ -260,7 +261,7 @@ func (w *virtualWorld) observe() {
 	samples := make([]*replicaSample, w.v.Replicas())
 	for i := range samples {
 		s := w.v.Stats(i)
-		w.model.ObserveReplica(i, agent.ReplicaMetrics{
+		w.model.ObserveReplica(i, placement.ReplicaMetrics{
 			Healthy: true, Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
@@ -283,7 +284,7 @@ func (w *virtualWorld) observe() {
 // flight is one request in flight.
 type flight struct {
 	replica int
-	place   agent.Placement
+	place   placement.Placement
 }
 
 // runArm plays one window for the configured duration: step.Sessions

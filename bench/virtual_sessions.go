@@ -3,7 +3,7 @@ package bench
 import (
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -52,11 +52,11 @@ func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
 	if w.cfg.NoSessionHeader {
 		header = ""
 	}
-	w.admit(agent.Request{SessionID: header, PromptBytes: bodyBytes(l.wl.System, req.Messages), Now: sent}, c.Turn,
-		func(p agent.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, p, err) })
+	w.admit(placement.Request{SessionID: header, PromptBytes: bodyBytes(l.wl.System, req.Messages), Now: sent}, c.Turn,
+		func(p placement.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, p, err) })
 }
 
-func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p agent.Placement, err error) {
+func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p placement.Placement, err error) {
 	a, w := l.a, l.a.w
 	rec := a.rec
 	parked := w.v.Now().Sub(sent).Seconds()
@@ -97,7 +97,7 @@ func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, 
 
 // answered records an answered turn and schedules the session's next.
 func (l *sessionLoop) answered(c *Conversation, req Request, prompt []uint32, reused int, rec *recorder,
-	p agent.Placement, sent time.Time, ttft, parked float64, at time.Time, r sim.Result) {
+	p placement.Placement, sent time.Time, ttft, parked float64, at time.Time, r sim.Result) {
 	a, w := l.a, l.a.w
 	if r.Err != nil {
 		rec.failed("replica: "+r.Err.Error(), false, r.Err)

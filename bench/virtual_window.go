@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // armWindow is one step-arm window of a virtual run: what every kind of
@@ -19,7 +19,7 @@ type armWindow struct {
 	// rec is where requests are recorded now: a throw-away recorder
 	// during the warm-up (sharing the window's task view), then window
 	rec      *recorder
-	admitted agent.AdmissionStats // the model's counts at the start
+	admitted placement.AdmissionStats // the model's counts at the start
 	open     bool                 // false once the window closed
 	inFlight map[uint64]flight
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
@@ -35,7 +36,7 @@ var datapathModes = map[string][]maps.Mode{
 }
 
 // selectDatapath resolves --datapath.
-func selectDatapath(cfg *agent.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
+func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*servedDatapath, error) {
 	modes, ok := datapathModes[cfg.Datapath]
 	if !ok {
 		return nil, fmt.Errorf("--datapath %q: want auto, kernel, msg, skb or user", cfg.Datapath)
@@ -111,9 +112,9 @@ func joinReasons(why []error) string {
 }
 
 // info names the datapath and why it was chosen (GET /api/v1/warden).
-func (d *servedDatapath) info() agent.DatapathInfo {
+func (d *servedDatapath) info() adminapi.DatapathInfo {
 	name, reason := d.current()
-	return agent.DatapathInfo{Name: name, Reason: reason}
+	return adminapi.DatapathInfo{Name: name, Reason: reason}
 }
 
 // current is the datapath that moves the bytes now, and why: the chosen

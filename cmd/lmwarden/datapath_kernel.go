@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
@@ -85,8 +87,8 @@ func (k *kernelDatapath) listenFrontend(addr string) (*net.TCPListener, error) {
 
 // sessionSink mirrors every model's sessions into the pinned map
 // (agent.Options.Sink); each entry carries its model's index in the config.
-func (k *kernelDatapath) sessionSink(cfg *agent.Config) func(agent.ModelConfig) agent.SessionSink {
-	return func(mc agent.ModelConfig) agent.SessionSink {
+func (k *kernelDatapath) sessionSink(cfg *config.Config) func(config.ModelConfig) placement.SessionSink {
+	return func(mc config.ModelConfig) placement.SessionSink {
 		for i := range cfg.Models {
 			if cfg.Models[i].Name == mc.Name {
 				return maps.SessionSink{S: k.st, Model: uint32(i)}
@@ -99,7 +101,7 @@ func (k *kernelDatapath) sessionSink(cfg *agent.Config) func(agent.ModelConfig) 
 // hashKey makes the session hash survive a restart: without a configured
 // hash_key, the key is the one kept in the pinned state (made the first
 // time), so the sessions map's keys stay valid for the next warden.
-func (k *kernelDatapath) hashKey(cfg *agent.Config) error {
+func (k *kernelDatapath) hashKey(cfg *config.Config) error {
 	if cfg.HashKey != nil {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/bench"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/l7"
@@ -154,7 +155,7 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	// when privileged and built in, userspace otherwise; what it logs about
 	// the choice becomes the demo's "datapath" line.
 	var why reasonHandler
-	dp, err := selectDatapath(&agent.Config{Datapath: "auto"}, maps.DefaultDir, slog.New(&why))
+	dp, err := selectDatapath(&config.Config{Datapath: "auto"}, maps.DefaultDir, slog.New(&why))
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +165,10 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 		closeDatapath()
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Admin = "127.0.0.1:0"
 	cfg.Datapath = dp.Name()
-	cfg.PollInterval = max(20*time.Millisecond, time.Duration(float64(agent.DefaultPollInterval)/speed))
+	cfg.PollInterval = max(20*time.Millisecond, time.Duration(float64(config.DefaultPollInterval)/speed))
 	cfg.Models[0].Name = "qwen3-4b"
 	cfg.Models[0].Frontend = ln.Addr().String()
 	cfg.Models[0].Replicas = replicaURLs

@@ -11,7 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
@@ -111,12 +112,12 @@ func selfTest(p *kernel.Path) (selfTestProof, error) {
 	srv := &http.Server{Handler: selfTestReplica(), ErrorLog: nil}
 	go srv.Serve(upLn)
 	defer srv.Close()
-	m, err := agent.NewModel(agent.ModelConfig{
+	m, err := placement.NewModel(config.ModelConfig{
 		Name: selfTestModel, Frontend: "127.0.0.1:0", Replicas: []string{"http://" + upLn.Addr().String()},
-		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
-		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Minute,
-		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
-	}, agent.ModelOptions{})
+		Affinity: true, SpillThreshold: config.SpillThreshold{N: 8},
+		SessionHeaders: config.DefaultSessionHeaders, SessionTTL: time.Minute,
+		Policy: config.PolicySticky, VLLMLBStats: "fresh",
+	}, placement.ModelOptions{})
 	if err != nil {
 		return selfTestProof{}, err
 	}
@@ -171,7 +172,7 @@ func (p selfTestProof) String() string {
 // selfTestRun is the client side of one self-test.
 type selfTestRun struct {
 	addr      string
-	m         *agent.Model
+	m         *placement.Model
 	exchanges int
 	bytes     int64
 }

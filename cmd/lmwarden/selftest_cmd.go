@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -42,7 +42,7 @@ func runSelftest(args []string) error {
 	dir := filepath.Join(tmp, "state")
 	defer maps.Unload(maps.Options{Dir: dir})
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	dp, err := selectDatapath(&agent.Config{Datapath: *mode}, dir, log)
+	dp, err := selectDatapath(&config.Config{Datapath: *mode}, dir, log)
 	if err != nil {
 		return err
 	}

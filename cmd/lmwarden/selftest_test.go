@@ -11,7 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/l7"
@@ -23,7 +24,7 @@ import (
 func mustSelect(t *testing.T, mode string) *servedDatapath {
 	t.Helper()
 	dir := kerneltest.PinDir(t)
-	dp, err := selectDatapath(&agent.Config{Datapath: mode}, dir, slog.New(slog.DiscardHandler))
+	dp, err := selectDatapath(&config.Config{Datapath: mode}, dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +106,12 @@ func TestMsgFallsBackAtRunTimeAndServesEveryRequestInFull(t *testing.T) {
 	srv := &http.Server{Handler: selfTestReplica()}
 	go srv.Serve(upLn)
 	t.Cleanup(func() { srv.Close() })
-	m, err := agent.NewModel(agent.ModelConfig{
+	m, err := placement.NewModel(config.ModelConfig{
 		Name: "m", Frontend: "127.0.0.1:0", Replicas: []string{"http://" + upLn.Addr().String()},
-		Affinity: true, SpillThreshold: agent.SpillThreshold{N: 8},
-		SessionHeaders: agent.DefaultSessionHeaders, SessionTTL: time.Minute,
-		Policy: agent.PolicySticky, VLLMLBStats: "fresh",
-	}, agent.ModelOptions{})
+		Affinity: true, SpillThreshold: config.SpillThreshold{N: 8},
+		SessionHeaders: config.DefaultSessionHeaders, SessionTTL: time.Minute,
+		Policy: config.PolicySticky, VLLMLBStats: "fresh",
+	}, placement.ModelOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

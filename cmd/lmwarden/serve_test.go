@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -141,7 +141,7 @@ func (w *servedWarden) logText() string {
 }
 
 // models reads GET /api/v1/models.
-func (w *servedWarden) models(tb testing.TB) []agent.ModelStatus {
+func (w *servedWarden) models(tb testing.TB) []adminapi.ModelStatus {
 	tb.Helper()
 	resp, err := http.Get("http://" + w.admin + "/api/v1/models")
 	if err != nil {
@@ -149,9 +149,9 @@ func (w *servedWarden) models(tb testing.TB) []agent.ModelStatus {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var ms []agent.ModelStatus
+	var ms []adminapi.ModelStatus
 	if err := json.Unmarshal(body, &ms); err != nil {
-		var wrapped struct{ Models []agent.ModelStatus }
+		var wrapped struct{ Models []adminapi.ModelStatus }
 		if err2 := json.Unmarshal(body, &wrapped); err2 != nil {
 			tb.Fatalf("models JSON: %v: %s", err, body)
 		}
