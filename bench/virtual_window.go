@@ -20,7 +20,7 @@ type armWindow struct {
 	// during the warm-up (sharing the window's task view), then window
 	rec      *recorder
 	admitted placement.AdmissionStats // the model's counts at the start
-	open     bool                 // false once the window closed
+	open     bool                     // false once the window closed
 	inFlight map[uint64]flight
 }
 

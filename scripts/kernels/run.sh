@@ -151,6 +151,10 @@ export LMWARDEN_REQUIRE_BPF=1 LMWARDEN_SERVE_BIN=/bin/lmwarden LMWARDEN_SUITE_TI
 echo "LMW-AUTO-BEGIN"
 /bin/lmwarden selftest --datapath auto 2>&1
 echo "LMW-AUTO-END $?"
+for m in msg skb; do
+	/bin/lmwarden selftest --datapath $m > /tmp/selftest-$m.log 2>&1
+	echo "LMW-DP $m rc=$? $(tail -1 /tmp/selftest-$m.log)"
+done
 EOF
 	for r in "${runs[@]}"; do
 		local pkg=${r%%:*} re=${r#*:} dir
@@ -227,8 +231,49 @@ boot() {
 		-serial "file:$log" -monitor none -display none </dev/null >/dev/null 2>&1 || true
 }
 
-rows=()
+# datapath NAME CONSOLE: what `lmwarden selftest --datapath NAME` said in
+# the VM: "passes", "fails its self-test", "does not load".
+datapath() {
+	local line
+	line=$(grep "^LMW-DP $1 " "$2" | head -1)
+	case $line in
+	*"rc=0 "*) echo "passes" ;;
+	*"self-test:"*) echo "loads, fails its self-test" ;;
+	"") echo "?" ;;
+	*) echo "does not load" ;;
+	esac
+}
+
+# row ABI SECS: the table's row for the run in $OUT/ABI (its console).
+row() {
+	local abi=$1 secs=$2 c=$OUT/$1/console.txt auto pass=0 fail=0 skip=0
+	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/p' "$c" | sed -n 's/^auto: //p' | head -1)
+	while read -r _ _ _ p f s _; do
+		pass=$((pass + ${p#pass=})) fail=$((fail + ${f#fail=})) skip=$((skip + ${s#skip=}))
+	done < <(grep '^LMW-RESULT' "$c" || true)
+	grep -q '^LMW-END' "$c" || { fail=$((fail + 1)); auto="${auto:-?} (the VM did not finish: see $c)"; }
+	echo "| $abi | $(datapath msg "$c") | $(datapath skb "$c") | ${auto:-?} | $pass | $fail | $skip | $((secs / 60))m$((secs % 60))s |"
+}
+
+table() {
+	echo "| kernel | msg | skb | auto chose (why) | passed | failed | skipped | wall |"
+	echo "|---|---|---|---|---|---|---|---|"
+	printf '%s\n' "$@"
+}
+
 failed=0
+if [ "${1:-}" = --table ]; then
+	# The table again from the consoles of the last runs (wall times
+	# from their secs file).
+	rows=()
+	for c in "$OUT"/*/console.txt; do
+		abi=$(basename "$(dirname "$c")")
+		rows+=("$(row "$abi" "$(cat "$OUT/$abi/secs" 2>/dev/null || echo 0)")")
+	done
+	table "${rows[@]}"
+	exit 0
+fi
+rows=()
 total0=$(date +%s)
 for pkg in "${pkgs[@]}"; do
 	abi=${pkg#linux-image-}
@@ -241,23 +286,16 @@ for pkg in "${pkgs[@]}"; do
 	t0=$(date +%s)
 	boot "$x" "$run/initramfs.cpio" "$run/console.log"
 	secs=$(($(date +%s) - t0))
+	echo "$secs" >"$run/secs"
 	rm -f "$run/initramfs.cpio"
 	tr -d '\r' <"$run/console.log" >"$run/console.txt"
-	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/p' "$run/console.txt" | sed -n 's/^auto: //p' | head -1)
-	pass=0 fail=0 skip=0
-	while read -r _ _ _ p f s _; do
-		pass=$((pass + ${p#pass=})) fail=$((fail + ${f#fail=})) skip=$((skip + ${s#skip=}))
-	done < <(grep '^LMW-RESULT' "$run/console.txt" || true)
-	grep -q '^LMW-END' "$run/console.txt" || { fail=$((fail + 1)); auto="${auto:-?} (the VM did not finish: see $run/console.txt)"; }
-	failed=$((failed + fail))
-	rows+=("| $abi | ${auto:-?} | $pass | $fail | $skip | $((secs / 60))m$((secs % 60))s |")
+	r=$(row "$abi" "$secs")
+	rows+=("$r")
+	failed=$((failed + $(echo "$r" | awk -F'|' '{print $7 + 0}')))
 	grep '^LMW-RESULT' "$run/console.txt" | sed "s/^/kernels: $abi: /" || true
 done
 echo
 echo "make kernels ($TESTS), $(nproc) host cores, ${SMP} vCPUs per VM, software emulation; $(($(date +%s) - total0)) s in all"
 echo
-echo "| kernel | auto chose (why) | passed | failed | skipped | wall |"
-echo "|---|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
-printf '%s\n' "${rows[@]}" >"$OUT/table.md"
+table "${rows[@]}" | tee "$OUT/table.md"
 [ "$failed" -eq 0 ]
