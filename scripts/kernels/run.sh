@@ -48,6 +48,49 @@ TESTTIMEOUT=${KERNEL_TEST_TIMEOUT:-20m}
 GO=${GO:-go}
 mkdir -p "$OUT"
 
+# datapath NAME CONSOLE: what `lmwarden selftest --datapath NAME` said in
+# the VM: "passes", "fails its self-test", "does not load".
+datapath() {
+	local line
+	line=$(grep "^LMW-DP $1 " "$2" | head -1)
+	case $line in
+	*"rc=0 "*) echo "passes" ;;
+	*"self-test:"*) echo "loads, fails its self-test" ;;
+	"") echo "?" ;;
+	*) echo "does not load" ;;
+	esac
+}
+
+# row ABI SECS: the table's row for the run in $OUT/ABI (its console).
+row() {
+	local abi=$1 secs=$2 c=$OUT/$1/console.txt auto pass=0 fail=0 skip=0
+	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/p' "$c" | sed -n 's/^auto: //p' | head -1)
+	while read -r _ _ _ p f s _; do
+		pass=$((pass + ${p#pass=})) fail=$((fail + ${f#fail=})) skip=$((skip + ${s#skip=}))
+	done < <(grep '^LMW-RESULT' "$c" || true)
+	grep -q '^LMW-END' "$c" || { fail=$((fail + 1)); auto="${auto:-?} (the VM did not finish: see $c)"; }
+	echo "| $abi | $(datapath msg "$c") | $(datapath skb "$c") | ${auto:-?} | $pass | $fail | $skip | $((secs / 60))m$((secs % 60))s |"
+}
+
+table() {
+	echo "| kernel | msg | skb | auto chose (why) | passed | failed | skipped | wall |"
+	echo "|---|---|---|---|---|---|---|---|"
+	printf '%s\n' "$@"
+}
+
+failed=0
+if [ "${1:-}" = --table ]; then
+	# The table again from the consoles of the last runs (wall times
+	# from their secs file).
+	rows=()
+	for c in "$OUT"/*/console.txt; do
+		abi=$(basename "$(dirname "$c")")
+		rows+=("$(row "$abi" "$(cat "$OUT/$abi/secs" 2>/dev/null || echo 0)")")
+	done
+	table "${rows[@]}"
+	exit 0
+fi
+
 # What the runs need, installed like scripts/deps.sh does: only what is
 # missing.
 need=()
@@ -81,7 +124,7 @@ mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$APT/etc"
 } >"$APT/etc/sources.list.new"
 aptopts=(-o "Dir::Etc::SourceList=$APT/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
 	-o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Dir::State::status=$APT/status"
-	-o APT::Sandbox::User=root -o Debug::NoLocking=1)
+	-o APT::Sandbox::User=root -o Debug::NoLocking=1 -o Acquire::Retries=3)
 if ! cmp -s "$APT/etc/sources.list.new" "$APT/etc/sources.list" 2>/dev/null ||
 	[ -z "$(find "$APT/lists" -name '*Packages*' -mmin -720 2>/dev/null | head -1)" ]; then
 	mv "$APT/etc/sources.list.new" "$APT/etc/sources.list"
@@ -235,48 +278,6 @@ boot() {
 		-serial "file:$log" -monitor none -display none </dev/null >/dev/null 2>&1 || true
 }
 
-# datapath NAME CONSOLE: what `lmwarden selftest --datapath NAME` said in
-# the VM: "passes", "fails its self-test", "does not load".
-datapath() {
-	local line
-	line=$(grep "^LMW-DP $1 " "$2" | head -1)
-	case $line in
-	*"rc=0 "*) echo "passes" ;;
-	*"self-test:"*) echo "loads, fails its self-test" ;;
-	"") echo "?" ;;
-	*) echo "does not load" ;;
-	esac
-}
-
-# row ABI SECS: the table's row for the run in $OUT/ABI (its console).
-row() {
-	local abi=$1 secs=$2 c=$OUT/$1/console.txt auto pass=0 fail=0 skip=0
-	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/p' "$c" | sed -n 's/^auto: //p' | head -1)
-	while read -r _ _ _ p f s _; do
-		pass=$((pass + ${p#pass=})) fail=$((fail + ${f#fail=})) skip=$((skip + ${s#skip=}))
-	done < <(grep '^LMW-RESULT' "$c" || true)
-	grep -q '^LMW-END' "$c" || { fail=$((fail + 1)); auto="${auto:-?} (the VM did not finish: see $c)"; }
-	echo "| $abi | $(datapath msg "$c") | $(datapath skb "$c") | ${auto:-?} | $pass | $fail | $skip | $((secs / 60))m$((secs % 60))s |"
-}
-
-table() {
-	echo "| kernel | msg | skb | auto chose (why) | passed | failed | skipped | wall |"
-	echo "|---|---|---|---|---|---|---|---|"
-	printf '%s\n' "$@"
-}
-
-failed=0
-if [ "${1:-}" = --table ]; then
-	# The table again from the consoles of the last runs (wall times
-	# from their secs file).
-	rows=()
-	for c in "$OUT"/*/console.txt; do
-		abi=$(basename "$(dirname "$c")")
-		rows+=("$(row "$abi" "$(cat "$OUT/$abi/secs" 2>/dev/null || echo 0)")")
-	done
-	table "${rows[@]}"
-	exit 0
-fi
 rows=()
 total0=$(date +%s)
 for pkg in "${pkgs[@]}"; do
@@ -302,6 +303,8 @@ echo
 echo "make kernels ($TESTS), $(nproc) host cores, ${SMP} vCPUs per VM, software emulation; $(($(date +%s) - total0)) s in all"
 echo
 table "${rows[@]}" | tee "$OUT/table.md"
+echo
+printf '%s\n' "${rows[@]}" | awk -F'|' '{p += $6; f += $7; s += $8} END {printf "kernels: %d passed, %d failed, %d skipped\n", p, f, s}'
 [ "$failed" -eq 0 ]
 exit
 }
