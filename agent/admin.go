@@ -10,10 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
-// The admin API (loopback by default). JSON shapes are ModelsResponse,
-// SessionsResponse, AffinityRequest and PolicyRequest; the CLI decodes the same types.
+// The admin API (loopback by default). Its JSON bodies are package
+// adminapi's (ModelsResponse, SessionsResponse, AffinityRequest,
+// PolicyRequest); the CLI decodes the same types.
 //
 //	GET /api/v1/models                    every model and its replicas
 //	GET /api/v1/models/{name}             one model
@@ -25,28 +29,6 @@ import (
 //	GET /healthz, GET /readyz             liveness and readiness (health.go)
 //	GET /metrics                          Prometheus, lmwarden_* (metrics.go)
 //	GET /                                 the dashboard (dashboard.go, web/)
-
-// ModelsResponse is the body of GET /api/v1/models.
-type ModelsResponse struct {
-	Models []ModelStatus `json:"models"`
-}
-
-// SessionsResponse is the body of GET /api/v1/sessions.
-type SessionsResponse struct {
-	// Total is the number of live sessions over the listed models; Sessions
-	// holds at most limit of them.
-	Total    int           `json:"total"`
-	Sessions []SessionInfo `json:"sessions"`
-}
-
-// AffinityRequest is the body of PUT /api/v1/models/{name}/affinity.
-type AffinityRequest struct {
-	Affinity *bool `json:"affinity"`
-}
-
-// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
-// means no bound).
-const DefaultSessionsLimit = 10000
 
 func (w *Warden) routes() {
 	w.mux.HandleFunc("GET /api/v1/models", w.handleModels)
@@ -85,7 +67,7 @@ func writeError(rw http.ResponseWriter, code int, err error) {
 }
 
 func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	out := ModelsResponse{Models: make([]ModelStatus, 0, len(w.models))}
+	out := adminapi.ModelsResponse{Models: make([]adminapi.ModelStatus, 0, len(w.models))}
 	for _, m := range w.models {
 		out.Models = append(out.Models, m.Status())
 	}
@@ -95,14 +77,14 @@ func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
 func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return
 	}
 	writeJSON(rw, http.StatusOK, m.Status())
 }
 
 func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
-	var req AffinityRequest
+	var req adminapi.AffinityRequest
 	m := w.decodeModelPut(rw, r, &req, `{"affinity": true|false}`)
 	if m == nil {
 		return
@@ -120,10 +102,10 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 // decodeModelPut finds the model a PUT names and decodes its small JSON
 // body into req (unknown fields refused). It answers 404 or 400 itself and
 // returns nil then; want describes the expected body in the 400.
-func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *Model {
+func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *placement.Model {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, r.PathValue("name")))
+		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return nil
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
@@ -140,12 +122,12 @@ func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any
 }
 
 // logChange logs a change made through the admin API, with its origin.
-func (w *Warden) logChange(r *http.Request, m *Model, setting string, from, to any) {
+func (w *Warden) logChange(r *http.Request, m *placement.Model, setting string, from, to any) {
 	w.log.Info("admin change", append([]any{"model", m.Name(), "setting", setting, "from", from, "to", to}, originAttrs(r)...)...)
 }
 
 func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
-	limit := DefaultSessionsLimit
+	limit := adminapi.DefaultSessionsLimit
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
@@ -158,13 +140,13 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 	if name := r.URL.Query().Get("model"); name != "" {
 		m := w.byName[name]
 		if m == nil {
-			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", ErrUnknownModel, name))
+			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, name))
 			return
 		}
-		models = []*Model{m}
+		models = []*placement.Model{m}
 	}
 	now := time.Now()
-	out := SessionsResponse{Sessions: []SessionInfo{}}
+	out := adminapi.SessionsResponse{Sessions: []adminapi.SessionInfo{}}
 	for _, m := range models {
 		out.Total += m.LiveSessions()
 		rest := 0

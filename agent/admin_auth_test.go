@@ -10,13 +10,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // authWarden is a warden (not started) whose admin handler the tests call
 // directly, with its log.
 func authWarden(t *testing.T, hosts ...string) (*Warden, *bytes.Buffer) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Models[0].Frontend = "127.0.0.1:18000"
 	cfg.Models[0].Replicas = []string{"http://127.0.0.1:1"}
 	cfg.AdminHosts = hosts

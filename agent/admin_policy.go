@@ -4,19 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-)
 
-// PolicyRequest is the body of PUT /api/v1/models/{name}/policy.
-type PolicyRequest struct {
-	Policy string `json:"policy"`
-}
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+)
 
 // handlePolicy switches the policy a model uses while affinity is on, so
 // that an A/B of policies (`lmwarden bench --arms sticky,cost`) runs
 // against one warden without restarting it and losing its sessions. The
 // session table is kept: a session pinned under one policy stays pinned.
 func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
-	var req PolicyRequest
+	var req adminapi.PolicyRequest
 	m := w.decodeModelPut(rw, r, &req, `{"policy": "name"}`)
 	if m == nil {
 		return
@@ -27,9 +25,9 @@ func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
 	}
 	old := m.Config().Policy
 	if st := m.Status(); st.Policy != "" {
-		old = Policy(st.Policy)
+		old = config.Policy(st.Policy)
 	}
-	if err := m.SetPolicy(Policy(req.Policy)); err != nil {
+	if err := m.SetPolicy(config.Policy(req.Policy)); err != nil {
 		writeError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
 		return
 	}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -17,7 +20,7 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	m := w.Models()[0]
 	base := "http://" + w.AdminAddr()
 
-	first, err := m.Place(Request{SessionID: "keep", Now: time.Now()})
+	first, err := m.Place(placement.Request{SessionID: "keep", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,26 +29,32 @@ func TestAdminPolicySwitchKeepsSessions(t *testing.T) {
 	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "hash"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy hash: %d", code)
 	}
-	var st ModelStatus
+	var st adminapi.ModelStatus
 	mustGetJSON(t, base+"/api/v1/models/qwen", &st)
 	if st.Policy != "hash" || st.Effective != "hash" {
 		t.Errorf("after PUT hash: policy %q, effective %q", st.Policy, st.Effective)
 	}
 	// hash places a session by its id alone: the same id, the same replica,
-	// whatever the load.
-	h1, _ := m.Place(Request{SessionID: "hashed", Now: time.Now()})
-	m.Done(h1, time.Now())
-	h2, _ := m.Place(Request{SessionID: "hashed", Now: time.Now()})
-	m.Done(h2, time.Now())
-	ring := m.impls[PolicyHash].pick(m, m.HashSession("hashed"), Request{})
-	if h1.Replica != h2.Replica || h1.Replica != ring {
-		t.Errorf("hash placed %d then %d, ring says %d", h1.Replica, h2.Replica, ring)
+	// whatever the load (sticky would spill past the threshold).
+	var held []placement.Placement
+	for i := range 2 * config.DefaultSpillThreshold {
+		p, err := m.Place(placement.Request{SessionID: "hashed", Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+		if p.Replica != held[0].Replica {
+			t.Errorf("hash placed request %d of one session on %d, the first on %d", i, p.Replica, held[0].Replica)
+		}
+	}
+	for _, p := range held {
+		m.Done(p, time.Now())
 	}
 
 	if code := mustPut(t, w.AdminToken(), base+"/api/v1/models/qwen/policy", `{"policy": "sticky"}`); code != http.StatusOK {
 		t.Fatalf("PUT policy sticky: %d", code)
 	}
-	again, _ := m.Place(Request{SessionID: "keep", Now: time.Now()})
+	again, _ := m.Place(placement.Request{SessionID: "keep", Now: time.Now()})
 	m.Done(again, time.Now())
 	if again.Replica != first.Replica {
 		t.Errorf("session placed on %d before the switches, %d after", first.Replica, again.Replica)

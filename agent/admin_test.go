@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -52,7 +55,7 @@ func TestAdminModelsJSONHasEveryField(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
 	m := w.Models()[0]
-	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	p, _ := m.Place(placement.Request{SessionID: "s", Now: time.Now()})
 	mustSend(t, m, p, "s", 0)
 	base := "http://" + w.AdminAddr()
 
@@ -94,7 +97,7 @@ func TestAdminModelsJSONHasEveryField(t *testing.T) {
 		}
 	}
 
-	var sess SessionsResponse
+	var sess adminapi.SessionsResponse
 	mustGetJSON(t, base+"/api/v1/sessions", &sess)
 	if sess.Total != 1 || len(sess.Sessions) != 1 || len(sess.Sessions[0].Hash) != 16 || sess.Sessions[0].Turns != 1 {
 		t.Errorf("sessions: %+v", sess)
@@ -108,10 +111,10 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	w := mustWarden(t, simModel("qwen", s, sim.ShapePorts))
 	m := w.Models()[0]
-	p, _ := m.Place(Request{SessionID: "s", Now: time.Now()})
+	p, _ := m.Place(placement.Request{SessionID: "s", Now: time.Now()})
 	mustSend(t, m, p, "s", 0)
-	m.Place(Request{Now: time.Now()})
-	m.Place(Request{PinnedHeader: "9", Now: time.Now()})
+	m.Place(placement.Request{Now: time.Now()})
+	m.Place(placement.Request{PinnedHeader: "9", Now: time.Now()})
 
 	fams := mustScrape(t, "http://"+w.AdminAddr())
 	want := []string{
@@ -240,21 +243,21 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	cost := simModel("qwen", s, sim.ShapePorts)
-	cost.Policy = PolicyCost
+	cost.Policy = config.PolicyCost
 	sticky := simModel("other", s, sim.ShapePorts)
 	w := mustWarden(t, cost, sticky)
 	m := w.Models()[0]
-	p, err := m.Place(Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + w.AdminAddr()
 
-	var got ModelStatus
+	var got adminapi.ModelStatus
 	if code := mustGetJSON(t, base+"/api/v1/models/qwen", &got); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(AdmissionAuto) {
+	if got.Cost == nil || got.Cost.PromptTokens != 10_000 || got.Cost.Admission != string(config.AdmissionAuto) {
 		t.Fatalf("cost = %+v, want the usual prompt of 10000 tokens and admission auto", got.Cost)
 	}
 	if a := got.Cost.AdmissionState; a.Engaged || a.Timeout != 60 || a.QueueMax != 256 || a.Quantum != 20 || a.WaitP95 != nil {

@@ -20,6 +20,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/sim"
@@ -58,17 +60,17 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 	})
 
 	t.Run("policy cost adds admission and each replica's live context", func(t *testing.T) {
-		setPolicy := func(p agent.Policy) {
+		setPolicy := func(p config.Policy) {
 			if err := env.warden.Model(dashboardModel).SetPolicy(p); err != nil {
 				t.Fatal(err)
 			}
 		}
-		setPolicy(agent.PolicyCost)
-		defer setPolicy(agent.PolicySticky)
+		setPolicy(config.PolicyCost)
+		defer setPolicy(config.PolicySticky)
 		card := waitCardMatchesAPI(t, ctx, env)
 		t.Logf("admission pill %q, replica 0 live context %q", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
-		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 39.1k") {
-			t.Errorf("admission pill %q, live context %q: want auto (not engaged) and the 39,088-token budget", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
+		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 46.7k") {
+			t.Errorf("admission pill %q, live context %q: want auto (not engaged) and the 46,720-token budget", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
 		}
 	})
 
@@ -258,9 +260,9 @@ func waitHistoryMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv
 	var last string
 	testutil.Eventually(tb, 20*time.Second, "the history to match the API", func() bool {
 		h = mustRun(tb, ctx, chromedp.Evaluate[pageHistory](readHistoryJS))
-		var st agent.StatsResponse
+		var st adminapi.StatsResponse
 		mustGetAdminJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
-		var info agent.WardenInfo
+		var info adminapi.WardenInfo
 		mustGetAdminJSON(tb, env.admin+"/api/v1/warden", &info)
 		diffs := compareHistory(h, st, env.model(tb), info, sent)
 		if len(diffs) == 0 {
@@ -275,7 +277,7 @@ func waitHistoryMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv
 	return h
 }
 
-func compareHistory(h pageHistory, st agent.StatsResponse, m agent.ModelStatus, info agent.WardenInfo, sent traffic) []string {
+func compareHistory(h pageHistory, st adminapi.StatsResponse, m adminapi.ModelStatus, info adminapi.WardenInfo, sent traffic) []string {
 	var diffs []string
 	check := func(what, got, want string) {
 		if got != want {
@@ -288,7 +290,7 @@ func compareHistory(h pageHistory, st agent.StatsResponse, m agent.ModelStatus, 
 		}
 		return strconv.FormatFloat(*p, 'g', -1, 64)
 	}
-	var sm *agent.ModelStats
+	var sm *adminapi.ModelStats
 	for i := range st.Models {
 		if st.Models[i].Name == dashboardModel {
 			sm = &st.Models[i]
@@ -334,11 +336,11 @@ func compareHistory(h pageHistory, st agent.StatsResponse, m agent.ModelStatus, 
 		check(fmt.Sprintf("replica %d index", i), ph.Index, strconv.Itoa(r.Index))
 		check(fmt.Sprintf("replica %d healthy", i), ph.Healthy, strconv.FormatBool(r.Healthy))
 		points := sm.Replicas[i].Points
-		for key, get := range map[string]func(agent.StatsPoint) *float64{
-			"running": func(p agent.StatsPoint) *float64 { return p.Running },
-			"waiting": func(p agent.StatsPoint) *float64 { return p.Waiting },
-			"kv_used": func(p agent.StatsPoint) *float64 { return p.KVUsed },
-			"hit_rate": func(p agent.StatsPoint) *float64 {
+		for key, get := range map[string]func(adminapi.StatsPoint) *float64{
+			"running": func(p adminapi.StatsPoint) *float64 { return p.Running },
+			"waiting": func(p adminapi.StatsPoint) *float64 { return p.Waiting },
+			"kv_used": func(p adminapi.StatsPoint) *float64 { return p.KVUsed },
+			"hit_rate": func(p adminapi.StatsPoint) *float64 {
 				return p.HitRate
 			},
 		} {
@@ -392,13 +394,13 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	for _, u := range servers.URLs() {
 		fmt.Fprintf(&yaml, "      - %s\n", u)
 	}
-	cfg, err := agent.ParseConfig([]byte(yaml.String()))
+	cfg, err := config.ParseConfig([]byte(yaml.String()))
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, yaml.String())
 	}
 	w, err := agent.NewWithOptions(cfg, agent.Options{
-		Build:    agent.BuildInfo{Version: "v0.0.0-test", Revision: "0123456789abcdef", GoVersion: "go1.test"},
-		Datapath: agent.DatapathInfo{Name: "user", Reason: "--datapath user"},
+		Build:    adminapi.BuildInfo{Version: "v0.0.0-test", Revision: "0123456789abcdef", GoVersion: "go1.test"},
+		Datapath: adminapi.DatapathInfo{Name: "user", Reason: "--datapath user"},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -428,9 +430,9 @@ func mustDashboardEnv(tb testing.TB) *dashboardEnv {
 	return env
 }
 
-func (env *dashboardEnv) model(tb testing.TB) agent.ModelStatus {
+func (env *dashboardEnv) model(tb testing.TB) adminapi.ModelStatus {
 	tb.Helper()
-	var resp agent.ModelsResponse
+	var resp adminapi.ModelsResponse
 	mustGetAdminJSON(tb, env.admin+"/api/v1/models", &resp)
 	for _, m := range resp.Models {
 		if m.Name == dashboardModel {
@@ -438,7 +440,7 @@ func (env *dashboardEnv) model(tb testing.TB) agent.ModelStatus {
 		}
 	}
 	tb.Fatalf("model %s not in GET /api/v1/models", dashboardModel)
-	return agent.ModelStatus{}
+	return adminapi.ModelStatus{}
 }
 
 // traffic is what the client side saw, to hold the charts against.
@@ -528,7 +530,7 @@ func (env *dashboardEnv) waitStill(tb testing.TB, sent traffic) {
 				return false
 			}
 		}
-		var st agent.StatsResponse
+		var st adminapi.StatsResponse
 		mustGetAdminJSON(tb, env.admin+"/api/v1/stats?window=1h", &st)
 		for _, sm := range st.Models {
 			if sm.Name == dashboardModel {
@@ -588,7 +590,7 @@ func waitCardMatchesAPI(tb testing.TB, ctx context.Context, env *dashboardEnv) p
 	return card
 }
 
-func compareCard(card pageCard, m agent.ModelStatus) []string {
+func compareCard(card pageCard, m adminapi.ModelStatus) []string {
 	var diffs []string
 	check := func(what, got, want string) {
 		if got != want {
@@ -680,14 +682,14 @@ func checkPercentText(diffs *[]string, what, text string, share float64) {
 	}
 }
 
-func sameNumbers(a, b agent.ModelStatus) bool {
+func sameNumbers(a, b adminapi.ModelStatus) bool {
 	ja, _ := json.Marshal(stripTimes(a))
 	jb, _ := json.Marshal(stripTimes(b))
 	return bytes.Equal(ja, jb)
 }
 
-func stripTimes(m agent.ModelStatus) agent.ModelStatus {
-	m.Replicas = append([]agent.ReplicaStatus(nil), m.Replicas...)
+func stripTimes(m adminapi.ModelStatus) adminapi.ModelStatus {
+	m.Replicas = append([]adminapi.ReplicaStatus(nil), m.Replicas...)
 	for i := range m.Replicas {
 		m.Replicas[i].ObservedAt = nil
 	}

@@ -2,21 +2,9 @@ package agent
 
 import "errors"
 
-// Sentinel errors of the control plane. Callers test them with errors.Is.
+// Sentinel errors of the warden's operator surface. Callers test them with
+// errors.Is.
 var (
-	// ErrNoHealthyReplica: every replica of the model is unhealthy (the shim
-	// answers 503 with Retry-After).
-	ErrNoHealthyReplica = errors.New("no healthy replica")
-	// ErrRetryExhausted: Retry was already used once for this request.
-	ErrRetryExhausted = errors.New("retry already used")
-	// ErrUnknownModel: no model has that name (admin API: 404).
-	ErrUnknownModel = errors.New("unknown model")
-	// ErrInvalidConfig wraps every validation error of the configuration.
-	ErrInvalidConfig = errors.New("invalid config")
 	// ErrScrape: a replica's /metrics or /health could not be read.
 	ErrScrape = errors.New("scrape failed")
-	// ErrAdmissionFull: admission's queue at the warden is full (503).
-	ErrAdmissionFull = errors.New("admission queue full")
-	// ErrWaitClaimed: Claim was already called for this Wait.
-	ErrWaitClaimed = errors.New("wait already claimed")
 )

@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Fuzz targets of what the warden reads from others: the configuration
@@ -27,9 +31,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("poll_interval: often\nmodels: {}\n"))
 	f.Add([]byte("models:\n  - &a {name: x}\n  - *a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseConfig(data)
+		c, err := config.ParseConfig(data)
 		if err != nil {
-			var ce *ConfigError
+			var ce *config.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
 			}
@@ -44,7 +48,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("ParseConfig accepted a config that Validate refuses: %v", err)
 		}
 		for _, mc := range c.Models {
-			if _, err := NewModel(mc, ModelOptions{}); err != nil {
+			if _, err := placement.NewModel(mc, placement.ModelOptions{}); err != nil {
 				t.Fatalf("an accepted model does not build: %v", err)
 			}
 		}
@@ -81,12 +85,12 @@ func FuzzAdminPut(f *testing.F) {
 		switch rec.Code {
 		case http.StatusOK:
 			if policy {
-				var r PolicyRequest
+				var r adminapi.PolicyRequest
 				if json.Unmarshal(body, &r) != nil || after.Policy == "" {
 					t.Fatalf("200 for %q, policy %q", body, after.Policy)
 				}
 			} else {
-				var r AffinityRequest
+				var r adminapi.AffinityRequest
 				if json.Unmarshal(body, &r) != nil || r.Affinity == nil || after.Affinity != *r.Affinity {
 					t.Fatalf("200 for %q, affinity %v", body, after.Affinity)
 				}

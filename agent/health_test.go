@@ -9,6 +9,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -16,7 +18,7 @@ import (
 func TestHealthzIsLiveAndReadyzWaitsForFrontendsAndAPolledReplica(t *testing.T) {
 	port := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Replicas = []string{"http://" + addr} // nothing listens yet
 	w := mustWarden(t, mc)
 	base := "http://" + w.AdminAddr()
@@ -25,7 +27,7 @@ func TestHealthzIsLiveAndReadyzWaitsForFrontendsAndAPolledReplica(t *testing.T) 
 	if code := mustGetJSON(t, base+"/healthz", &health); code != http.StatusOK || health["status"] != "ok" {
 		t.Fatalf("/healthz %d %v", code, health)
 	}
-	var r Readiness
+	var r adminapi.Readiness
 	if code := mustGetJSON(t, base+"/readyz", &r); code != http.StatusServiceUnavailable || r.Ready || len(r.Reasons) != 2 {
 		t.Fatalf("/readyz before anything: %d %+v", code, r)
 	}
@@ -57,13 +59,13 @@ func TestHealthzIsLiveAndReadyzWaitsForFrontendsAndAPolledReplica(t *testing.T) 
 
 func TestWardenInfoAndBuildInfoMetric(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 1})
-	cfg := &Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
-	cfg.applyDefaults()
+	cfg := &config.Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
+	cfg.ApplyDefaults()
 	mc := simModel("qwen", s, sim.ShapePorts)
 	mc.Frontend = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg.Models = []ModelConfig{mc}
-	build := BuildInfo{Version: "v9.8.7", Revision: "abc123-dirty", GoVersion: "go1.99"}
-	w, err := NewWithOptions(cfg, Options{Build: build, Datapath: DatapathInfo{Name: "user", Reason: "--datapath user"}})
+	cfg.Models = []config.ModelConfig{mc}
+	build := adminapi.BuildInfo{Version: "v9.8.7", Revision: "abc123-dirty", GoVersion: "go1.99"}
+	w, err := NewWithOptions(cfg, Options{Build: build, Datapath: adminapi.DatapathInfo{Name: "user", Reason: "--datapath user"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestWardenInfoAndBuildInfoMetric(t *testing.T) {
 	defer w.Close()
 	base := "http://" + w.AdminAddr()
 
-	var info WardenInfo
+	var info adminapi.WardenInfo
 	if code := mustGetJSON(t, base+"/api/v1/warden", &info); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}

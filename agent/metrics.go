@@ -4,6 +4,9 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Every Prometheus metric the warden exports, in one place; docs/metrics.md
@@ -115,7 +118,7 @@ var (
 		"Prefix-cache hit rate over hit_rate_window: delta(hits)/delta(queries), 0-1.",
 		[]string{"model", "replica"}, nil)
 	descLoad = prometheus.NewDesc("lmwarden_replica_load",
-		"load(r) as placement computes it (agent/placement.go).",
+		"load(r) as placement computes it (agent/placement/placement.go).",
 		[]string{"model", "replica"}, nil)
 	descFirstByte = prometheus.NewDesc("lmwarden_time_to_first_byte_seconds",
 		"From the request head read to the first response byte after the response head (the first streamed event), or to the response head when the body came with it, was not streamed, or was carried by the kernel datapath.",
@@ -143,12 +146,12 @@ var allDescs = []*prometheus.Desc{
 
 // Collector exports the models' counters to Prometheus.
 type Collector struct {
-	models []*Model
-	build  BuildInfo
+	models []*placement.Model
+	build  adminapi.BuildInfo
 }
 
 // NewCollector returns a collector over models, run by build.
-func NewCollector(models []*Model, build BuildInfo) *Collector {
+func NewCollector(models []*placement.Model, build adminapi.BuildInfo) *Collector {
 	return &Collector{models: models, build: build}
 }
 
@@ -167,8 +170,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	histogram := func(d *prometheus.Desc, h *histogram, labels ...string) {
-		ch <- prometheus.MustNewConstHistogram(d, h.n, h.sum, h.cumulative(), labels...)
+	histogram := func(d *prometheus.Desc, h *placement.Histogram, labels ...string) {
+		ch <- prometheus.MustNewConstHistogram(d, h.N, h.Sum, h.Cumulative(), labels...)
 	}
 	b2f := func(b bool) float64 {
 		if b {
@@ -180,7 +183,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.models {
 		s := m.Status()
 		mn := s.Name
-		counter(descVLLMDecided, float64(m.vllmDecidedCount()), mn)
+		counter(descVLLMDecided, float64(m.VLLMDecided()), mn)
 		gauge(descInFlight, float64(s.InFlight), mn)
 		gauge(descSessionsLive, float64(s.ActiveSessions), mn)
 		gauge(descSessionsPinned, float64(s.Sessions), mn)
@@ -207,21 +210,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAdmissionEngaged, b2f(as.Engaged), mn)
 		gauge(descAdmissionLoad, as.LiveLoad, mn)
 		gauge(descAdmissionOldest, as.OldestWait, mn)
-		lat := m.latencySnapshot()
-		histogram(descAdmissionWait, &lat.parked, mn)
+		lat := m.Latency()
+		histogram(descAdmissionWait, &lat.Parked, mn)
 		for _, r := range s.Replicas {
 			ri := strconv.Itoa(r.Index)
-			if r.Index < len(lat.firstByte) {
-				histogram(descFirstByte, &lat.firstByte[r.Index], mn, ri)
-				histogram(descDuration, &lat.duration[r.Index], mn, ri)
-				if _, ok := lat.statuses[r.Index][200]; !ok {
+			if r.Index < len(lat.FirstByte) {
+				histogram(descFirstByte, &lat.FirstByte[r.Index], mn, ri)
+				histogram(descDuration, &lat.Duration[r.Index], mn, ri)
+				if _, ok := lat.Statuses[r.Index][200]; !ok {
 					counter(descResponses, 0, mn, ri, "200")
 				}
-				for code, n := range lat.statuses[r.Index] {
+				for code, n := range lat.Statuses[r.Index] {
 					counter(descResponses, float64(n), mn, ri, strconv.Itoa(code))
 				}
 			}
-			for k := range numKinds {
+			for k := range placement.NumKinds {
 				counter(descRequests, float64(r.Requests[k.String()]), mn, ri, k.String())
 			}
 			gauge(descReplicaInFlight, float64(r.InFlight), mn, ri)
@@ -242,10 +245,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-}
-
-func (m *Model) vllmDecidedCount() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.vllmDecided
 }

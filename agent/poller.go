@@ -8,11 +8,14 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // ScrapeObserver receives every successful scrape of a replica (or rank):
 // the dashboard's token series hangs here. It runs on the poller goroutine.
-type ScrapeObserver func(m *Model, replica int, s ReplicaMetrics, now time.Time)
+type ScrapeObserver func(m *placement.Model, replica int, s placement.ReplicaMetrics, now time.Time)
 
 // poller scrapes one target every interval: a replica's URL (per-replica
 // shape, feeding one replica) or the one endpoint (feeding every rank from
@@ -20,7 +23,7 @@ type ScrapeObserver func(m *Model, replica int, s ReplicaMetrics, now time.Time)
 // either counts. After unhealthyAfter failures in a row the target's
 // replicas are marked unhealthy; the first good poll brings them back.
 type poller struct {
-	model          *Model
+	model          *placement.Model
 	base           string // URL without a trailing slash
 	replicas       []int  // the replica indices this target feeds
 	perEngine      bool
@@ -33,16 +36,16 @@ type poller struct {
 
 	failures int
 	down     bool
-	buf      []ReplicaMetrics
+	buf      []placement.ReplicaMetrics
 }
 
-func newPollers(m *Model, c *Config, client *http.Client, observe ScrapeObserver, log *slog.Logger) []*poller {
+func newPollers(m *placement.Model, c *config.Config, client *http.Client, observe ScrapeObserver, log *slog.Logger) []*poller {
 	mk := func(base string, replicas []int, perEngine bool) *poller {
 		return &poller{
 			model: m, base: strings.TrimRight(base, "/"), replicas: replicas, perEngine: perEngine,
 			interval: c.PollInterval, timeout: c.PollTimeout, unhealthyAfter: c.UnhealthyAfter,
 			client: client, observe: observe, log: log,
-			buf: make([]ReplicaMetrics, len(replicas)),
+			buf: make([]placement.ReplicaMetrics, len(replicas)),
 		}
 	}
 	mc := m.Config()

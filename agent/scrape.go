@@ -10,6 +10,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // vLLM metric names, newest generation first. prometheus_client (Python)
@@ -98,9 +100,9 @@ func ParseMetrics(r io.Reader, h http.Header) (map[string]*dto.MetricFamily, err
 // rank; out has one entry per rank and series without an engine label count
 // for rank 0. Otherwise every series sums into out[0] (a replica's own
 // /metrics), except KV usage, which is averaged.
-func replicaMetricsFrom(fams map[string]*dto.MetricFamily, perEngine bool, out []ReplicaMetrics) {
+func replicaMetricsFrom(fams map[string]*dto.MetricFamily, perEngine bool, out []placement.ReplicaMetrics) {
 	for i := range out {
-		out[i] = ReplicaMetrics{Healthy: true}
+		out[i] = placement.ReplicaMetrics{Healthy: true}
 	}
 	slot := func(m *dto.Metric) int {
 		if !perEngine {

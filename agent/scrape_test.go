@@ -6,7 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Two generations of vLLM's exposition (text format, as prometheus_client
@@ -57,7 +58,7 @@ func TestScrapeReadsOldMetricNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]ReplicaMetrics, 1)
+	out := make([]placement.ReplicaMetrics, 1)
 	replicaMetricsFrom(fams, false, out)
 	got := out[0]
 	if got.Running != 3 || got.Waiting != 1 || got.KVUsage != 0.5 || got.PrefixQueries != 1000 || got.PrefixHits != 250 || got.PromptTokens != 1000 {
@@ -70,7 +71,7 @@ func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]ReplicaMetrics, 2)
+	out := make([]placement.ReplicaMetrics, 2)
 	replicaMetricsFrom(fams, true, out)
 	if out[0].Running != 2 || out[1].Running != 5 || out[1].Waiting != 4 || out[0].KVUsage != 0.25 || out[1].PrefixHits != 150 {
 		t.Errorf("%+v", out)
@@ -79,7 +80,7 @@ func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
 		t.Errorf("cache config / ttft: %+v", out[0])
 	}
 	// Per-replica shape: everything sums into one replica, KV averaged.
-	one := make([]ReplicaMetrics, 1)
+	one := make([]placement.ReplicaMetrics, 1)
 	replicaMetricsFrom(fams, false, one)
 	if one[0].Running != 7 || one[0].KVUsage != 0.5 {
 		t.Errorf("%+v", one[0])
@@ -103,28 +104,5 @@ func TestScrapeNegotiatesOverHTTP(t *testing.T) {
 	}
 	if _, ok := fams["vllm:num_requests_running"]; !ok {
 		t.Errorf("families: %v", fams)
-	}
-}
-
-func TestHitRateIsDeltaOverWindowAndSurvivesCounterReset(t *testing.T) {
-	w := hitRateWindow{window: 10 * time.Second}
-	at := func(s int) time.Time { return epoch.Add(time.Duration(s) * time.Second) }
-	w.add(at(0), 1000, 900) // history before the window: 90%
-	w.add(at(5), 1100, 950)
-	w.add(at(10), 1200, 1000)
-	if r, ok := w.value(); !ok || r != 0.5 {
-		t.Fatalf("rate %v %v, want 0.5 over the window", r, ok)
-	}
-	w.add(at(20), 1400, 1000) // only the last 10 s: 0 hits of 200
-	if r, _ := w.value(); r != 0 {
-		t.Fatalf("rate %v, want 0", r)
-	}
-	w.add(at(21), 100, 80) // replica restarted: a reset, not a negative rate
-	if r, _ := w.value(); r < 0 {
-		t.Fatalf("negative rate %v after reset", r)
-	}
-	w.add(at(22), 200, 170)
-	if r, _ := w.value(); r != 0.9 {
-		t.Fatalf("rate after reset %v, want 0.9", r)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 func TestStatsAPICapsWindowAtAnHour(t *testing.T) {
@@ -73,7 +75,7 @@ func mustStatsServer(tb testing.TB, ts *TokenSeries) *httptest.Server {
 	return srv
 }
 
-func mustGetStats(tb testing.TB, url string) StatsResponse {
+func mustGetStats(tb testing.TB, url string) adminapi.StatsResponse {
 	tb.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -83,7 +85,7 @@ func mustGetStats(tb testing.TB, url string) StatsResponse {
 	if resp.StatusCode != http.StatusOK {
 		tb.Fatalf("GET %s: status %d", url, resp.StatusCode)
 	}
-	var out StatsResponse
+	var out adminapi.StatsResponse
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		tb.Fatalf("GET %s: %v", url, err)
 	}

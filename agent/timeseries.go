@@ -4,6 +4,9 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Token time series for the dashboard's stats page and GET /api/v1/stats.
@@ -260,7 +263,7 @@ func (ts *TokenSeries) spread(rs *replicaSeries, ms *modelSeries, d tokenDelta, 
 // ObserveReplica is Observe fed with what the poller hands to
 // Model.ObserveReplica. A failed read (Healthy false) carries no counters and
 // is skipped.
-func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now time.Time) {
+func (ts *TokenSeries) ObserveReplica(model string, i int, s placement.ReplicaMetrics, now time.Time) {
 	if !s.Healthy {
 		return
 	}
@@ -272,82 +275,9 @@ func (ts *TokenSeries) ObserveReplica(model string, i int, s ReplicaMetrics, now
 	}, now)
 }
 
-// StatsResponse is the body of GET /api/v1/stats.
-type StatsResponse struct {
-	Now time.Time `json:"now"`
-	// StartedAt is when the series began (the warden's start): nothing
-	// before it was recorded.
-	StartedAt     time.Time    `json:"started_at"`
-	StepSeconds   float64      `json:"step_seconds"`
-	WindowSeconds float64      `json:"window_seconds"`
-	Models        []ModelStats `json:"models"`
-}
-
-// ModelStats holds one model's series, pooled over its replicas and per
-// replica (index as in GET /api/v1/models).
-type ModelStats struct {
-	Name     string         `json:"name"`
-	Pooled   SeriesStats    `json:"pooled"`
-	Replicas []ReplicaStats `json:"replicas"`
-}
-
-// ReplicaStats is one replica's series.
-type ReplicaStats struct {
-	Replica int `json:"replica"`
-	SeriesStats
-}
-
-// SeriesStats is one series: a summary over the window and one point per
-// complete slot, oldest first. The slot in progress is left out, so a bar
-// never shrinks or grows while one looks at it.
-type SeriesStats struct {
-	Summary StatsSummary `json:"summary"`
-	Points  []StatsPoint `json:"points"`
-}
-
-// StatsSummary totals a series over the window. HitRate is prefix-cache
-// hits over queries (nil when there were no queries).
-type StatsSummary struct {
-	PromptCachedTokens   float64  `json:"prompt_cached_tokens"`
-	PromptComputedTokens float64  `json:"prompt_computed_tokens"`
-	CompletionTokens     float64  `json:"completion_tokens"`
-	PrefixQueries        float64  `json:"prefix_queries"`
-	PrefixHits           float64  `json:"prefix_hits"`
-	HitRate              *float64 `json:"hit_rate"`
-	// Responses relayed to their end in the window, and their time to
-	// first byte (p50, p95 in seconds; nil without responses).
-	Responses    uint64   `json:"responses"`
-	FirstByteP50 *float64 `json:"first_byte_p50"`
-	FirstByteP95 *float64 `json:"first_byte_p95"`
-	// Errors by status code (pooled only): the warden's own answers and
-	// the replicas' responses of 400 and above.
-	Errors map[string]uint64 `json:"errors,omitempty"`
-}
-
-// StatsPoint is one slot: rates in tokens a second over [T, T+step).
-type StatsPoint struct {
-	T                    time.Time `json:"t"`
-	PromptCachedPerSec   float64   `json:"prompt_cached_tps"`
-	PromptComputedPerSec float64   `json:"prompt_computed_tps"`
-	CompletionPerSec     float64   `json:"completion_tps"`
-	HitRate              *float64  `json:"hit_rate"`
-	// Mean over the slot's polls (nil: no poll in it). Pooled, running and
-	// waiting add up over the replicas and KV is their mean.
-	Running *float64 `json:"running"`
-	Waiting *float64 `json:"waiting"`
-	KVUsed  *float64 `json:"kv_used"`
-	// Responses that ended in the slot and their time to first byte
-	// (seconds; nil without responses).
-	Responses    uint64   `json:"responses"`
-	FirstByteP50 *float64 `json:"first_byte_p50"`
-	FirstByteP95 *float64 `json:"first_byte_p95"`
-	// Errors by status code (pooled only; absent without any).
-	Errors map[string]uint64 `json:"errors,omitempty"`
-}
-
 // Snapshot returns the complete slots of the last window before now
 // (window capped at SeriesSpan, at least one step).
-func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsResponse {
+func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) adminapi.StatsResponse {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	window = min(max(window, ts.step), SeriesSpan)
@@ -355,19 +285,19 @@ func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsRespon
 	last := ts.slotOf(now) - 1 // the newest complete slot
 	first := last - count + 1
 
-	resp := StatsResponse{
+	resp := adminapi.StatsResponse{
 		Now:           now,
 		StartedAt:     ts.started,
 		StepSeconds:   ts.step.Seconds(),
 		WindowSeconds: (time.Duration(count) * ts.step).Seconds(),
-		Models:        make([]ModelStats, 0, len(ts.models)),
+		Models:        make([]adminapi.ModelStats, 0, len(ts.models)),
 	}
 	for _, ms := range ts.models {
-		m := ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
+		m := adminapi.ModelStats{Name: ms.name, Pooled: ts.series(&ms.pooled, first, last)}
 		ts.fillExtra(&m.Pooled, &ms.extra, ms.replicas, first, last)
-		m.Replicas = make([]ReplicaStats, len(ms.replicas))
+		m.Replicas = make([]adminapi.ReplicaStats, len(ms.replicas))
 		for i, rs := range ms.replicas {
-			m.Replicas[i] = ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
+			m.Replicas[i] = adminapi.ReplicaStats{Replica: i, SeriesStats: ts.series(&rs.ring, first, last)}
 			ts.fillExtra(&m.Replicas[i].SeriesStats, &rs.extra, nil, first, last)
 		}
 		resp.Models = append(resp.Models, m)
@@ -375,14 +305,14 @@ func (ts *TokenSeries) Snapshot(window time.Duration, now time.Time) StatsRespon
 	return resp
 }
 
-func (ts *TokenSeries) series(r *slotRing, first, last int64) SeriesStats {
+func (ts *TokenSeries) series(r *slotRing, first, last int64) adminapi.SeriesStats {
 	secs := ts.step.Seconds()
-	s := SeriesStats{Points: make([]StatsPoint, 0, last-first+1)}
+	s := adminapi.SeriesStats{Points: make([]adminapi.StatsPoint, 0, last-first+1)}
 	var total tokenDelta
 	for n := first; n <= last; n++ {
 		d := r.get(n)
 		total.add(d)
-		s.Points = append(s.Points, StatsPoint{
+		s.Points = append(s.Points, adminapi.StatsPoint{
 			T:                    time.Unix(0, n*ts.step.Nanoseconds()).UTC(),
 			PromptCachedPerSec:   d.cached / secs,
 			PromptComputedPerSec: d.computed / secs,
@@ -390,7 +320,7 @@ func (ts *TokenSeries) series(r *slotRing, first, last int64) SeriesStats {
 			HitRate:              ratio(d.hits, d.queries),
 		})
 	}
-	s.Summary = StatsSummary{
+	s.Summary = adminapi.StatsSummary{
 		PromptCachedTokens:   total.cached,
 		PromptComputedTokens: total.computed,
 		CompletionTokens:     total.completion,

@@ -3,6 +3,9 @@ package agent
 import (
 	"maps"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // The rest of the dashboard's hour, beside the token rates: what each
@@ -21,7 +24,7 @@ type loadSlot struct {
 // latencySlot is one slot's time-to-first-byte histogram.
 type latencySlot struct {
 	n int64
-	h histogram
+	h placement.Histogram
 }
 
 // errorSlot counts one slot's error responses by status code.
@@ -125,7 +128,7 @@ func (ts *TokenSeries) ObserveLoad(model string, i int, running, waiting, kv flo
 
 // ObserveResponse records the time to first byte of one response the
 // shim relayed, for its replica and pooled.
-func (ts *TokenSeries) ObserveResponse(model string, t ResponseTiming, now time.Time) {
+func (ts *TokenSeries) ObserveResponse(model string, t placement.ResponseTiming, now time.Time) {
 	if t.Replica < 0 {
 		return
 	}
@@ -133,9 +136,9 @@ func (ts *TokenSeries) ObserveResponse(model string, t ResponseTiming, now time.
 	defer ts.mu.Unlock()
 	ms := ts.modelOf(model, t.Replica)
 	n := ts.slotOf(now)
-	fresh := func() latencySlot { return latencySlot{h: newHistogram(firstByteBuckets)} }
-	ms.replicas[t.Replica].extra.latency.put(n, fresh).h.observe(t.FirstByte.Seconds())
-	ms.extra.latency.put(n, fresh).h.observe(t.FirstByte.Seconds())
+	fresh := func() latencySlot { return latencySlot{h: placement.NewHistogram(placement.FirstByteBuckets)} }
+	ms.replicas[t.Replica].extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
+	ms.extra.latency.put(n, fresh).h.Observe(t.FirstByte.Seconds())
 	if t.Status >= 400 {
 		ts.countError(ms, t.Status, n)
 	}
@@ -156,8 +159,8 @@ func (ts *TokenSeries) countError(ms *modelSeries, code int, n int64) {
 // (built by series for slots first..last) and its summary. pooled: the
 // model's series, where running and waiting add up over the replicas and
 // KV is their mean.
-func (ts *TokenSeries) fillExtra(s *SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
-	total := newHistogram(firstByteBuckets)
+func (ts *TokenSeries) fillExtra(s *adminapi.SeriesStats, own *extraSeries, replicas []*replicaSeries, first, last int64) {
+	total := placement.NewHistogram(placement.FirstByteBuckets)
 	errs := map[int]uint64{}
 	for k := range s.Points {
 		n, p := first+int64(k), &s.Points[k]
@@ -178,22 +181,22 @@ func (ts *TokenSeries) fillExtra(s *SeriesStats, own *extraSeries, replicas []*r
 				p.Running, p.Waiting, p.KVUsed = ptr(run), ptr(wait), ptr(kv/float64(seen))
 			}
 			if e := own.errors.get(n); e != nil {
-				p.Errors = codeCounts(e.codes)
+				p.Errors = placement.CodeCounts(e.codes)
 				for c, v := range e.codes {
 					errs[c] += v
 				}
 			}
 		}
 		if l := own.latency.get(n); l != nil {
-			p.Responses = l.h.n
-			p.FirstByteP50, p.FirstByteP95 = quantilePtr(&l.h, .5), quantilePtr(&l.h, .95)
-			total.add(&l.h)
+			p.Responses = l.h.N
+			p.FirstByteP50, p.FirstByteP95 = placement.QuantilePtr(&l.h, .5), placement.QuantilePtr(&l.h, .95)
+			total.Add(&l.h)
 		}
 	}
-	s.Summary.Responses = total.n
-	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = quantilePtr(&total, .5), quantilePtr(&total, .95)
+	s.Summary.Responses = total.N
+	s.Summary.FirstByteP50, s.Summary.FirstByteP95 = placement.QuantilePtr(&total, .5), placement.QuantilePtr(&total, .95)
 	if len(replicas) > 0 {
-		s.Summary.Errors = codeCounts(maps.Clone(errs))
+		s.Summary.Errors = placement.CodeCounts(maps.Clone(errs))
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 var seriesEpoch = time.Unix(1_700_000_000, 0).UTC()
@@ -120,7 +123,7 @@ func TestTokenSeriesForgetsSlotsOlderThanAnHour(t *testing.T) {
 	}
 }
 
-func lastPoint(tb testing.TB, s SeriesStats) StatsPoint {
+func lastPoint(tb testing.TB, s adminapi.SeriesStats) adminapi.StatsPoint {
 	tb.Helper()
 	if len(s.Points) == 0 {
 		tb.Fatal("series has no points")
@@ -136,10 +139,10 @@ func lastPoint(tb testing.TB, s SeriesStats) StatsPoint {
 
 func TestTokenSeriesSkipsFailedScrapes(t *testing.T) {
 	ts := NewTokenSeries(10 * time.Second)
-	ts.ObserveReplica("m", 0, ReplicaMetrics{Healthy: true, PromptTokens: 1000}, seriesEpoch)
+	ts.ObserveReplica("m", 0, placement.ReplicaMetrics{Healthy: true, PromptTokens: 1000}, seriesEpoch)
 	// A failed scrape reads as zeros; it must not look like a restart.
-	ts.ObserveReplica("m", 0, ReplicaMetrics{}, seriesEpoch.Add(time.Second))
-	ts.ObserveReplica("m", 0, ReplicaMetrics{Healthy: true, PromptTokens: 1100}, seriesEpoch.Add(2*time.Second))
+	ts.ObserveReplica("m", 0, placement.ReplicaMetrics{}, seriesEpoch.Add(time.Second))
+	ts.ObserveReplica("m", 0, placement.ReplicaMetrics{Healthy: true, PromptTokens: 1100}, seriesEpoch.Add(2*time.Second))
 	s := ts.Snapshot(time.Hour, seriesEpoch.Add(10*time.Second)).Models[0].Pooled.Summary
 	if s.PromptComputedTokens != 100 {
 		t.Fatalf("computed = %v, want 100 (the failed scrape skipped)", s.PromptComputedTokens)

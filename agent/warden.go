@@ -13,6 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Options are the Warden's run-time hooks that are not configuration.
@@ -20,7 +24,7 @@ type Options struct {
 	// Logger (nil: slog.Default()).
 	Logger *slog.Logger
 	// Sink returns the session mirror of one model (nil or a nil result: none).
-	Sink func(mc ModelConfig) SessionSink
+	Sink func(mc config.ModelConfig) placement.SessionSink
 	// OnScrape is called after every successful scrape, after the token
 	// series has been fed (nil: nothing more).
 	OnScrape ScrapeObserver
@@ -29,9 +33,9 @@ type Options struct {
 	// dispatch program never steers a poll into the warden's own shim.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Build is the running build (lmwarden_build_info, GET /api/v1/warden).
-	Build BuildInfo
+	Build adminapi.BuildInfo
 	// Datapath is the datapath the shims run with (GET /api/v1/warden).
-	Datapath DatapathInfo
+	Datapath adminapi.DatapathInfo
 	// AdminToken is what admin writes must carry (serve reads it from
 	// admin_token_file, LoadAdminToken); "": a random one, known to the
 	// process only (AdminToken).
@@ -42,12 +46,12 @@ type Options struct {
 // their replica metrics and health current, the idle-session sweeper, and
 // the admin HTTP server (API, /metrics; "/" is left for the dashboard).
 type Warden struct {
-	cfg        *Config
+	cfg        *config.Config
 	opts       Options
 	log        *slog.Logger
-	models     []*Model
-	byName     map[string]*Model
-	byFrontend map[string]*Model
+	models     []*placement.Model
+	byName     map[string]*placement.Model
+	byFrontend map[string]*placement.Model
 	series     *TokenSeries
 	registry   *prometheus.Registry
 	mux        *http.ServeMux
@@ -65,10 +69,10 @@ type Warden struct {
 }
 
 // New builds the models of a validated config. It starts nothing.
-func New(cfg *Config) (*Warden, error) { return NewWithOptions(cfg, Options{}) }
+func New(cfg *config.Config) (*Warden, error) { return NewWithOptions(cfg, Options{}) }
 
 // NewWithOptions is New with hooks.
-func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
+func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -76,8 +80,8 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 		cfg:        cfg,
 		opts:       opts,
 		log:        opts.Logger,
-		byName:     map[string]*Model{},
-		byFrontend: map[string]*Model{},
+		byName:     map[string]*placement.Model{},
+		byFrontend: map[string]*placement.Model{},
 		series:     NewTokenSeries(0),
 		registry:   prometheus.NewRegistry(),
 		mux:        http.NewServeMux(),
@@ -88,18 +92,18 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 	if w.token = opts.AdminToken; w.token == "" {
 		w.token = newToken()
 	}
-	hasher := NewSessionHasher(cfg.HashKey)
+	hasher := placement.NewSessionHasher(cfg.HashKey)
 	for i, mc := range cfg.Models {
-		var sink SessionSink
+		var sink placement.SessionSink
 		if opts.Sink != nil {
 			sink = opts.Sink(mc)
 		}
-		m, err := NewModel(mc, ModelOptions{Hasher: &hasher, Sink: sink, Seed: uint64(i) + 1, HitRateWindow: cfg.HitRateWindow})
+		m, err := placement.NewModel(mc, placement.ModelOptions{Hasher: &hasher, Sink: sink, Seed: uint64(i) + 1, HitRateWindow: cfg.HitRateWindow})
 		if err != nil {
 			return nil, err
 		}
 		name := mc.Name
-		m.setSeriesHooks(func(t ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
+		m.SetSeriesHooks(func(t placement.ResponseTiming, now time.Time) { w.series.ObserveResponse(name, t, now) },
 			func(code int, now time.Time) { w.series.ObserveAnswered(name, code, now) })
 		w.models = append(w.models, m)
 		w.byName[mc.Name] = m
@@ -123,18 +127,18 @@ func NewWithOptions(cfg *Config, opts Options) (*Warden, error) {
 }
 
 // Config is the configuration the warden runs with.
-func (w *Warden) Config() *Config { return w.cfg }
+func (w *Warden) Config() *config.Config { return w.cfg }
 
 // Models lists the models in config order.
-func (w *Warden) Models() []*Model { return w.models }
+func (w *Warden) Models() []*placement.Model { return w.models }
 
 // Model finds a model by name (nil if none).
-func (w *Warden) Model(name string) *Model { return w.byName[name] }
+func (w *Warden) Model(name string) *placement.Model { return w.byName[name] }
 
 // ModelByFrontend finds the model whose frontend is addr. An exact match
 // wins; else a frontend with an unspecified host (":8000", "0.0.0.0:8000",
 // "[::]:8000") matches any addr with the same port.
-func (w *Warden) ModelByFrontend(addr string) *Model {
+func (w *Warden) ModelByFrontend(addr string) *placement.Model {
 	if m, ok := w.byFrontend[addr]; ok {
 		return m
 	}
@@ -187,7 +191,7 @@ func (w *Warden) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	w.cancel = cancel
 	w.started = true
-	observe := func(m *Model, i int, s ReplicaMetrics, now time.Time) {
+	observe := func(m *placement.Model, i int, s placement.ReplicaMetrics, now time.Time) {
 		w.series.ObserveLoad(m.Name(), i, s.Running, s.Waiting, s.KVUsage, now)
 		w.series.Observe(m.Name(), i, TokenCounters{
 			PromptTokens: s.PromptTokens, PrefixQueries: s.PrefixQueries,

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -35,10 +38,10 @@ func mustSim(tb testing.TB, cfg sim.ServerConfig) *sim.Servers {
 
 // mustWarden starts a warden with a fast poller and an admin server on a
 // free loopback port.
-func mustWarden(tb testing.TB, models ...ModelConfig) *Warden {
+func mustWarden(tb testing.TB, models ...config.ModelConfig) *Warden {
 	tb.Helper()
-	cfg := &Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
-	cfg.applyDefaults()
+	cfg := &config.Config{Admin: "127.0.0.1:0", PollInterval: 20 * time.Millisecond, HitRateWindow: time.Second}
+	cfg.ApplyDefaults()
 	for i, mc := range models {
 		if mc.Frontend == "" {
 			mc.Frontend = fmt.Sprintf("127.0.0.1:%d", 18000+i)
@@ -56,8 +59,8 @@ func mustWarden(tb testing.TB, models ...ModelConfig) *Warden {
 	return w
 }
 
-func simModel(name string, s *sim.Servers, shape string) ModelConfig {
-	mc := defaultModel(name)
+func simModel(name string, s *sim.Servers, shape string) config.ModelConfig {
+	mc := config.DefaultModel(name)
 	if shape == sim.ShapeRanks {
 		mc.Endpoint = s.URLs()[0]
 	} else {
@@ -68,7 +71,7 @@ func simModel(name string, s *sim.Servers, shape string) ModelConfig {
 
 // mustSend does what the shim does with a placement: one chat completion to
 // p.Addr (with the rank header when asked), then Done.
-func mustSend(tb testing.TB, m *Model, p Placement, session string, turn int) {
+func mustSend(tb testing.TB, m *placement.Model, p placement.Placement, session string, turn int) {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{
 		"model":      "qwen3-4b",
@@ -103,7 +106,7 @@ func TestSixTurnsOfOneSessionLandOnOneSimReplica(t *testing.T) {
 	m := w.Models()[0]
 	pinned := -1
 	for turn := range 6 {
-		p, err := m.Place(Request{SessionID: "6f1c2d3e-aaaa-4bbb-8ccc-000000000001", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "6f1c2d3e-aaaa-4bbb-8ccc-000000000001", Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +136,7 @@ func TestFourNewSessionsLandOnFourIdleSimReplicas(t *testing.T) {
 	w := mustWarden(t, simModel("m", s, sim.ShapePorts))
 	m := w.Models()[0]
 	for i := range 4 {
-		p, err := m.Place(Request{SessionID: fmt.Sprint("session-", i), Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: fmt.Sprint("session-", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +156,7 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	for turn := range 3 {
-		p, err := m.Place(Request{SessionID: "dp-session", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "dp-session", Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +169,7 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 		}
 	}
 	m.SetAffinity(false)
-	p, err := m.Place(Request{SessionID: "dp-session", Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "dp-session", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,14 +182,13 @@ func TestOneEndpointShapeWritesRankHeaderUntilAffinityOff(t *testing.T) {
 	}
 	// The poller reads every rank's numbers from the one /metrics by engine label.
 	testutil.Eventually(t, 10*time.Second, "per-rank prefix counters", func() bool {
-		st := m.Status()
 		n := 0
-		for _, r := range st.Replicas {
-			if r.Metrics.PrefixQueries > 0 {
+		for i := range m.Replicas() {
+			if m.ReplicaMetrics(i).PrefixQueries > 0 {
 				n++
 			}
 		}
-		return n >= 1 && st.Replicas[0].Metrics.KVCapacityTokens > 0
+		return n >= 1 && m.ReplicaMetrics(0).KVCapacityTokens > 0
 	})
 }
 
@@ -198,14 +200,14 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := defaultModel("m")
+	mc := config.DefaultModel("m")
 	mc.Replicas = []string{healthy.URLs()[0], "http://" + addr}
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	testutil.Eventually(t, 10*time.Second, "first poll", func() bool { return m.Status().Replicas[1].ObservedAt != nil })
 
 	// A session pinned to the flaky replica.
-	p, err := m.Place(Request{SessionID: "x", PinnedHeader: "1", Now: time.Now()})
+	p, err := m.Place(placement.Request{SessionID: "x", PinnedHeader: "1", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	flaky.Close()
 	testutil.Eventually(t, 10*time.Second, "replica 1 unhealthy", func() bool { return !m.Status().Replicas[1].Healthy })
 	for i := range 6 {
-		q, err := m.Place(Request{SessionID: fmt.Sprint("new", i), Now: time.Now()})
+		q, err := m.Place(placement.Request{SessionID: fmt.Sprint("new", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,11 +225,11 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 		}
 		m.Done(q, time.Now())
 	}
-	q, err := m.Place(Request{SessionID: "x", Now: time.Now()})
+	q, err := m.Place(placement.Request{SessionID: "x", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.Replica != 0 || q.Kind != KindRepinned {
+	if q.Replica != 0 || q.Kind != placement.KindRepinned {
 		t.Fatalf("session of the unhealthy replica: %+v", q)
 	}
 	mustSend(t, m, q, "x", 1)
@@ -237,7 +239,7 @@ func TestUnhealthyReplicaIsExcludedAndReadmitted(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "replica 1 healthy again", func() bool { return m.Status().Replicas[1].Healthy })
 	seen1 := false
 	for i := range 8 {
-		q, err := m.Place(Request{SessionID: fmt.Sprint("back", i), Now: time.Now()})
+		q, err := m.Place(placement.Request{SessionID: fmt.Sprint("back", i), Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,24 +266,24 @@ func freePort(tb testing.TB) int {
 func TestSpillShowsInAdminCountersAndSessionStaysPinned(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 3})
 	mc := simModel("m", s, sim.ShapePorts)
-	mc.SpillThreshold = SpillThreshold{N: 2}
+	mc.SpillThreshold = config.SpillThreshold{N: 2}
 	w := mustWarden(t, mc)
 	m := w.Models()[0]
 	now := time.Now()
-	a, _ := m.Place(Request{SessionID: "busy", Now: now})
-	b, _ := m.Place(Request{SessionID: "busy", Now: now})
-	c, err := m.Place(Request{SessionID: "busy", Now: now})
-	if err != nil || c.Kind != KindSpilled || c.Replica == a.Replica || b.Replica != a.Replica {
+	a, _ := m.Place(placement.Request{SessionID: "busy", Now: now})
+	b, _ := m.Place(placement.Request{SessionID: "busy", Now: now})
+	c, err := m.Place(placement.Request{SessionID: "busy", Now: now})
+	if err != nil || c.Kind != placement.KindSpilled || c.Replica == a.Replica || b.Replica != a.Replica {
 		t.Fatalf("a %+v b %+v c %+v %v", a, b, c, err)
 	}
 	mustSend(t, m, c, "busy", 2)
-	var resp ModelsResponse
+	var resp adminapi.ModelsResponse
 	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/models", &resp)
 	st := resp.Models[0]
 	if st.Replicas[c.Replica].SpilledIn != 1 || st.Replicas[a.Replica].Sessions != 1 || st.Replicas[c.Replica].Sessions != 0 || st.InFlight != 2 {
 		t.Errorf("admin view after a spill: %+v", st)
 	}
-	var sess SessionsResponse
+	var sess adminapi.SessionsResponse
 	mustGetJSON(t, "http://"+w.AdminAddr()+"/api/v1/sessions", &sess)
 	if len(sess.Sessions) != 1 || sess.Sessions[0].Replica != a.Replica || sess.Sessions[0].Turns != 3 {
 		t.Errorf("session after a spill: %+v", sess.Sessions)

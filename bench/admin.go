@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // adminClient talks to the warden's admin API: it lists a model's replicas
@@ -22,7 +22,7 @@ type adminClient struct {
 }
 
 // models reads GET /api/v1/models.
-func (a adminClient) models(ctx context.Context) ([]agent.ModelStatus, error) {
+func (a adminClient) models(ctx context.Context) ([]adminapi.ModelStatus, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(a.base, "/")+"/api/v1/models", nil)
 	if err != nil {
 		return nil, err
@@ -39,12 +39,12 @@ func (a adminClient) models(ctx context.Context) ([]agent.ModelStatus, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: GET /api/v1/models: %s", ErrArmSwitch, resp.Status)
 	}
-	var list []agent.ModelStatus
+	var list []adminapi.ModelStatus
 	if err := json.Unmarshal(b, &list); err == nil {
 		return list, nil
 	}
 	var wrapped struct {
-		Models []agent.ModelStatus `json:"models"`
+		Models []adminapi.ModelStatus `json:"models"`
 	}
 	if err := json.Unmarshal(b, &wrapped); err != nil {
 		return nil, fmt.Errorf("%w: GET /api/v1/models: %v", ErrArmSwitch, err)
@@ -53,10 +53,10 @@ func (a adminClient) models(ctx context.Context) ([]agent.ModelStatus, error) {
 }
 
 // model returns the named model, or the only one when name is "".
-func (a adminClient) model(ctx context.Context, name string) (agent.ModelStatus, error) {
+func (a adminClient) model(ctx context.Context, name string) (adminapi.ModelStatus, error) {
 	list, err := a.models(ctx)
 	if err != nil {
-		return agent.ModelStatus{}, err
+		return adminapi.ModelStatus{}, err
 	}
 	for _, m := range list {
 		if m.Name == name || (name == "" && len(list) == 1) {
@@ -67,7 +67,7 @@ func (a adminClient) model(ctx context.Context, name string) (agent.ModelStatus,
 	for i, m := range list {
 		names[i] = m.Name
 	}
-	return agent.ModelStatus{}, fmt.Errorf("%w: model %q not among %v (use --model-name)", ErrArmSwitch, name, names)
+	return adminapi.ModelStatus{}, fmt.Errorf("%w: model %q not among %v (use --model-name)", ErrArmSwitch, name, names)
 }
 
 // setArm switches the model's affinity through PUT

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
@@ -12,7 +12,7 @@ import (
 type Arm struct {
 	Name     string
 	Affinity bool
-	Policy   agent.Policy // used while Affinity is on
+	Policy   config.Policy // used while Affinity is on
 }
 
 // The two arms of the reference A/B.
@@ -50,17 +50,17 @@ func ParseArms(list string) ([]Arm, error) {
 func parseArm(name string) (Arm, error) {
 	switch name {
 	case ArmOff:
-		return Arm{Name: name, Affinity: false, Policy: agent.PolicySticky}, nil
+		return Arm{Name: name, Affinity: false, Policy: config.PolicySticky}, nil
 	case ArmOn:
-		return Arm{Name: name, Affinity: true, Policy: agent.PolicySticky}, nil
+		return Arm{Name: name, Affinity: true, Policy: config.PolicySticky}, nil
 	}
-	for _, p := range agent.Policies() {
+	for _, p := range config.Policies() {
 		if string(p) == name {
 			return Arm{Name: name, Affinity: true, Policy: p}, nil
 		}
 	}
 	known := []string{ArmOff, ArmOn}
-	for _, p := range agent.Policies() {
+	for _, p := range config.Policies() {
 		known = append(known, string(p))
 	}
 	return Arm{}, fmt.Errorf("%w: %q (want one of %s)", ErrBadArm, name, strings.Join(known, ", "))
@@ -82,7 +82,7 @@ func (a Arm) describeLB(lb string, oneEndpoint bool) string {
 		return fmt.Sprintf("affinity off: vLLM's balancer in the replica (lb-stats %s)", lb)
 	case !a.Affinity:
 		return fmt.Sprintf("affinity off: vllm-lb emulation, lb-stats %s", lb)
-	case a.Policy == agent.PolicyVLLMLB:
+	case a.Policy == config.PolicyVLLMLB:
 		return fmt.Sprintf("policy vllm-lb, lb-stats %s", lb)
 	default:
 		return "policy " + string(a.Policy)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
@@ -21,7 +22,7 @@ func mustWardenFront(tb testing.TB, urls []string, affinity bool) (string, *agen
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Admin = "127.0.0.1:0"
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.Models[0].Name = "qwen3-4b"
@@ -70,7 +71,7 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 		t.Errorf("hash arm described as %q", got)
 	}
 	m := w.Models()[0].Status()
-	if m.Affinity || m.Policy != string(agent.PolicySticky) {
+	if m.Affinity || m.Policy != string(config.PolicySticky) {
 		t.Errorf("after the run: affinity %v, policy %s; want the warden as found (off, sticky)", m.Affinity, m.Policy)
 	}
 }
@@ -86,12 +87,12 @@ func TestRealRunReadsTheWaitAtTheWardenFromTheResponse(t *testing.T) {
 	s := mustSim(t, 2, sim.ShapePorts, 100)
 	front, w := mustWardenFront(t, s.URLs(), true)
 	m := w.Models()[0]
-	if err := m.SetPolicy(agent.PolicyCost); err != nil {
+	if err := m.SetPolicy(config.PolicyCost); err != nil {
 		t.Fatal(err)
 	}
 	// The warden's clock is wall time: 200 ms is 20 s of the replicas'
 	// time, so parked requests leave the queue within the window.
-	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: 200 * time.Millisecond}); err != nil {
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	// 10 sessions of 11-14k tokens against 2 × 39,088 tokens of cache; two

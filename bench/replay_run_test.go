@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -17,7 +17,7 @@ func replayVirtual(t *testing.T, tr *Trace, policies string, noHeader bool, trac
 		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 2, Steps: ReplaySpeeds(speeds...),
 		Arms: mustArms(t, policies), Seed: 4, FreshReplicas: true, Trace: tracer,
 		Replay: &ReplayConfig{Trace: tr}, NoSessionHeader: noHeader,
-		SpillThreshold: agent.SpillThreshold{N: 64}, // pins hold: these small cards are busy
+		SpillThreshold: config.SpillThreshold{N: 64}, // pins hold: these small cards are busy
 	})
 	if err != nil {
 		t.Fatal(err)

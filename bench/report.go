@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Report is one benchmark run: how it was run and one result per step and
@@ -179,7 +179,7 @@ type TaskStats struct {
 }
 
 // AdmissionCounts are the warden's admission counters over a window
-// (agent.AdmissionStats' increase).
+// (placement.AdmissionStats' increase).
 type AdmissionCounts struct {
 	Parked   uint64 `json:"parked"`    // requests that waited
 	Rejected uint64 `json:"rejected"`  // refused, queue full (503)
@@ -191,7 +191,7 @@ type AdmissionCounts struct {
 }
 
 // admissionCounts is the increase from a to b (nil when nothing happened).
-func admissionCounts(a, b agent.AdmissionStats) *AdmissionCounts {
+func admissionCounts(a, b placement.AdmissionStats) *AdmissionCounts {
 	c := &AdmissionCounts{Parked: b.Waits - a.Waits, Rejected: b.Rejected - a.Rejected, TimedOut: b.TimedOut - a.TimedOut,
 		Yields: b.Yields - a.Yields, Evicted: b.Evicted - a.Evicted, Released: b.Released - a.Released, Switches: b.Switches - a.Switches}
 	if *c == (AdmissionCounts{}) && !b.Engaged {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func TestTaskTimesCountFinishedSessionsAndBoundTheUnfinished(t *testing.T) {
@@ -109,7 +109,7 @@ func TestVirtualRunMeasuresTasksTurnsAndWaitsAtTheWarden(t *testing.T) {
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
 		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(4, 24), Duration: 3 * time.Minute,
 		Arms: mustArms(t, "cost"), FreshReplicas: true, Seed: 3,
-		Admission: agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: timeout},
+		Admission: config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: timeout},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestVirtualAdmissionIsOnByDefaultOnlyPastTheCache(t *testing.T) {
 	if heavy.Parked == 0 || heavy.Admission == nil || heavy.Admission.Parked == 0 {
 		t.Fatalf("24 sessions: %d parked, admission %+v: want it engaged", heavy.Parked, heavy.Admission)
 	}
-	if limit := agent.DefaultAdmission.Timeout.Seconds() + 1; float64(heavy.ParkedMax) > limit {
+	if limit := config.DefaultAdmission.Timeout.Seconds() + 1; float64(heavy.ParkedMax) > limit {
 		t.Errorf("24 sessions: a request waited %vs, past the bound", heavy.ParkedMax)
 	}
 	if !(heavy.HitRate > 0.5) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func TestAdmissionQueueParksSessionsThatDoNotFitAndTracesTheirWait(t *testing.T) {
@@ -15,7 +15,7 @@ func TestAdmissionQueueParksSessionsThatDoNotFitAndTracesTheirWait(t *testing.T)
 	rep, err := RunVirtual(context.Background(), VirtualConfig{
 		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(24), Duration: 90 * time.Second,
 		Arms: mustArms(t, "cost"), FreshReplicas: true, Seed: 1, Trace: tr,
-		Admission: agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: 10 * time.Minute},
+		Admission: config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: 10 * time.Minute},
 	})
 	if err != nil {
 		t.Fatal(err)

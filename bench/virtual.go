@@ -7,12 +7,13 @@ import (
 	"math"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// VirtualConfig is a run on the virtual clock: the workload, agent.Model's
+// VirtualConfig is a run on the virtual clock: the workload, placement.Model's
 // placement and sim's replica engines in one goroutine, no sockets.
 type VirtualConfig struct {
 	Profile  sim.Profile
@@ -37,8 +38,8 @@ type VirtualConfig struct {
 	// Trace, if set, receives every poll and answered request (bench/trace.go).
 	Trace Tracer
 	// Admission, if its Mode is set, replaces the model's admission settings
-	// (agent.Model.SetAdmission; virtual_admission.go).
-	Admission agent.AdmissionConfig
+	// (placement.Model.SetAdmission; virtual_admission.go).
+	Admission config.AdmissionConfig
 	// Workload sizes the sessions (zero: DefaultShape; workload_shape.go).
 	Workload WorkloadShape
 	// MaxContext is the model's context in tokens, where sessions that
@@ -51,7 +52,7 @@ type VirtualConfig struct {
 	NoSessionHeader bool
 	// SpillThreshold, if set (N or Auto), replaces the warden's default
 	// spill threshold (agent config spill_threshold).
-	SpillThreshold agent.SpillThreshold
+	SpillThreshold config.SpillThreshold
 }
 
 // DefaultPollInterval is the warden poller's period the virtual run mimics.
@@ -182,17 +183,19 @@ func summary(r Result) string {
 type virtualWorld struct {
 	cfg   VirtualConfig
 	v     *sim.Virtual
-	model *agent.Model
+	model *placement.Model
 	rec   *recorder // the window being measured, nil between windows
 	live  liveSet   // the window's live sessions' context (tasks.go)
 	// perSession is the workload's mean requests a session (sessions/h).
 	perSession float64
 	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID     uint64
+	net        clientPath   // the clients' network (network.go)
+	loop       *sessionLoop // sessions that go on into the next window (virtual_sessions.go)
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
-	mc := agent.DefaultConfig().Models[0]
+	mc := config.DefaultConfig().Models[0]
 	mc.Name = "bench"
 	mc.Frontend = "127.0.0.1:8000"
 	mc.Replicas = nil
@@ -208,12 +211,13 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	var key [16]byte
 	binary.LittleEndian.PutUint64(key[:8], cfg.Seed)
 	binary.LittleEndian.PutUint64(key[8:], 0x6c6d7761726465e6)
-	hasher := agent.NewSessionHasher(key[:])
-	model, err := agent.NewModel(mc, agent.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
+	hasher := placement.NewSessionHasher(key[:])
+	model, err := placement.NewModel(mc, placement.ModelOptions{Seed: cfg.Seed, Hasher: &hasher})
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
-	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model}
+	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model,
+		net: clientPath{rtt: cfg.Profile.ClientRTT}}
 	if err := w.setAdmission(); err != nil {
 		return nil, fmt.Errorf("bench: admission: %w", err)
 	}
@@ -260,7 +264,7 @@ func (w *virtualWorld) observe() {
 	samples := make([]*replicaSample, w.v.Replicas())
 	for i := range samples {
 		s := w.v.Stats(i)
-		w.model.ObserveReplica(i, agent.ReplicaMetrics{
+		w.model.ObserveReplica(i, placement.ReplicaMetrics{
 			Healthy: true, Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage,
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			PromptTokens: float64(s.PromptTokens), GenerationTokens: float64(s.GenerationTokens),
@@ -283,38 +287,58 @@ func (w *virtualWorld) observe() {
 // flight is one request in flight.
 type flight struct {
 	replica int
-	place   agent.Placement
+	place   placement.Placement
 }
 
 // runArm plays one window for the configured duration: step.Sessions
-// sessions in a closed loop, or sessions arriving at step.PerMin a minute;
-// then aborts whatever is still in flight.
+// sessions in a closed loop, or sessions arriving at step.PerMin a minute.
+// A closed loop on shared replicas goes on from the last window's sessions,
+// as the reference's harness did (docs/workload.md, "Sessions go on between
+// windows"); otherwise the window starts from drained replicas and aborts
+// whatever is still in flight when it closes.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
 	if wl.Shape.claudeCode {
 		return w.runClaudeCode(ctx, wl, variant, step, arm)
 	}
-	a, err := w.openWindow(step, arm)
+	goOn := !step.Open() && !w.cfg.FreshReplicas
+	keep := goOn && w.loop != nil
+	if w.loop != nil && !keep {
+		w.loop.a.stop()
+	}
+	a, err := w.openWindow(step, arm, keep)
 	if err != nil {
 		return Result{}, err
 	}
-	l := &sessionLoop{a: a, wl: wl, variant: variant, sys: wl.SystemSectionTokens()}
+	l := w.loop
+	if !keep {
+		l = &sessionLoop{wl: wl, sys: wl.SystemSectionTokens(), began: map[string]time.Time{}}
+	}
+	l.a, l.variant = a, variant
+	w.loop = nil
+	if goOn {
+		w.loop = l
+	}
+	l.adopt(a.window.tasks)
 	if step.Open() {
 		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
 			w.v.At(a.begin.Add(at), func() { l.startSession(w.v.Now()) })
 		}
 	} else {
-		for slot := range step.Sessions {
-			w.v.At(a.begin.Add(wl.StartOffset(slot)), func() { l.startSession(w.v.Now()) })
-		}
+		l.target = step.Sessions
+		l.grow(a.begin)
 	}
 	if err := a.play(ctx, a.end, nil); err != nil {
 		return Result{}, err
 	}
-	return a.close(w.cfg.Duration.Seconds(), l.sys), nil
+	return a.close(w.cfg.Duration.Seconds(), l.sys, goOn), nil
 }
 
 // runClaudeCode plays a window of Claude Code sessions.
 func (w *virtualWorld) runClaudeCode(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
+	if w.loop != nil { // sessions of another workload never share a run with these
+		w.loop.a.stop()
+		w.loop = nil
+	}
 	stats := &ccStats{}
 	plan := wl.ccFlows(step, ccOptions{seed: w.cfg.Seed, variant: variant, limit: w.cfg.MaxContext,
 		window: w.cfg.Warmup + w.cfg.Duration, noHeader: w.cfg.NoSessionHeader, tokens: true, stats: stats})

@@ -1,18 +1,18 @@
 package bench
 
 import (
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Cache-capacity admission in the virtual runner: a request that
-// agent.Model.Admit parks waits on the virtual clock until the model grants
+// placement.Model.Admit parks waits on the virtual clock until the model grants
 // it room (checked after every request end and poll, the moments the model
 // frees room) or its timeout passes, then is placed with Claim, exactly as
 // the shim does on real time. Its wait counts in its time to first token.
 
 // parkedTurn is one request waiting at the warden.
 type parkedTurn struct {
-	wait    *agent.Wait
+	wait    *placement.Wait
 	session string // for the trace
 	turn    int
 	claim   func()
@@ -21,7 +21,7 @@ type parkedTurn struct {
 
 // admit places req (turn is its session's turn, for the trace) now, or
 // parks it; then runs once with the placement.
-func (w *virtualWorld) admit(req agent.Request, turn int, then func(agent.Placement, error)) {
+func (w *virtualWorld) admit(req placement.Request, turn int, then func(placement.Placement, error)) {
 	p, wait, err := w.model.Admit(req)
 	if wait == nil {
 		then(p, err)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -26,7 +26,7 @@ const replayCap = 48 * time.Hour
 // until every flow is done (the window's seconds then run to the last
 // answer).
 func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, arm Arm) (Result, error) {
-	a, err := w.openWindow(step, arm)
+	a, err := w.openWindow(step, arm, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -49,7 +49,7 @@ func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, a
 	if plan.untilDone {
 		seconds = l.last.Sub(a.start).Seconds()
 	}
-	return a.close(seconds, plan.sysTokens), nil
+	return a.close(seconds, plan.sysTokens, false), nil
 }
 
 // offset is t as a flow's time: from the window's first start.
@@ -114,11 +114,11 @@ func (l *flowLoop) send(f flow, s *flowSend) {
 	if bytes <= 0 {
 		bytes = bodyBytes(s.System, s.Messages)
 	}
-	w.admit(agent.Request{SessionID: s.Session, PromptBytes: bytes, Now: sent}, s.Turn,
-		func(p agent.Placement, err error) { l.submit(f, s, prompt, sent, p, err) })
+	w.admit(placement.Request{SessionID: s.Session, PromptBytes: bytes, Now: sent}, s.Turn,
+		func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, p, err) })
 }
 
-func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, p agent.Placement, err error) {
+func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, p placement.Placement, err error) {
 	a, w := l.a, l.a.w
 	parked := w.v.Now().Sub(sent).Seconds()
 	if parked > 0 {
@@ -154,7 +154,7 @@ func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, 
 }
 
 // answered records an answer and hands it to its flow.
-func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p agent.Placement, sent time.Time,
+func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p placement.Placement, sent time.Time,
 	ttft, parked float64, at time.Time, r sim.Result) {
 	a, w := l.a, l.a.w
 	rec := a.rec

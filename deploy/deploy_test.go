@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
@@ -143,7 +144,7 @@ func startWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.PollInterval = 100 * time.Millisecond
 	if err := cfg.ApplyFlags(ln.Addr().String(), "127.0.0.1:0", "user", sv.URLs()); err != nil {
 		t.Fatal(err)

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/maps"
 )
@@ -145,9 +145,9 @@ func (w *warden) restart(tb testing.TB) *warden {
 }
 
 // models reads GET /api/v1/models.
-func (w *warden) models(tb testing.TB) []agent.ModelStatus {
+func (w *warden) models(tb testing.TB) []adminapi.ModelStatus {
 	tb.Helper()
-	var r agent.ModelsResponse
+	var r adminapi.ModelsResponse
 	getJSON(tb, "http://"+adminAddr+"/api/v1/models", &r)
 	return r.Models
 }
@@ -172,8 +172,8 @@ func getJSON(tb testing.TB, url string, v any) {
 // sessionReplica is the replica the warden pins session id to (-1: none).
 func (w *warden) sessionReplica(tb testing.TB, id string) int {
 	tb.Helper()
-	want := fmt.Sprintf("%016x", agent.NewSessionHasher(hashKey).Hash(id))
-	var r agent.SessionsResponse
+	want := fmt.Sprintf("%016x", placement.NewSessionHasher(hashKey).Hash(id))
+	var r adminapi.SessionsResponse
 	getJSON(tb, "http://"+adminAddr+"/api/v1/sessions?limit=0", &r)
 	for _, s := range r.Sessions {
 		if s.Hash == want {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
-
 	"github.com/lmwarden/lmwarden/maps"
 )
 

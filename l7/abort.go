@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // An exchange can be ended from outside its goroutine: its request body
@@ -85,7 +86,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// replicaNamer is implemented by *agent.Model: a replica's URL, for logs.
+// replicaNamer is implemented by *placement.Model: a replica's URL, for logs.
 type replicaNamer interface{ ReplicaURL(replica int) string }
 
 // replicaAttrs name a replica in a log line: its index and URL.
@@ -97,7 +98,7 @@ func (s *Shim) replicaAttrs(replica int, more ...any) []any {
 	return append(a, more...)
 }
 
-// healthReporter is implemented by *agent.Model: whether a replica takes
+// healthReporter is implemented by *placement.Model: whether a replica takes
 // placements (the poller's verdict).
 type healthReporter interface{ Healthy(replica int) bool }
 

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
@@ -16,19 +17,19 @@ import (
 // mustFullModel is a cost-policy model whose one replica reports a KV
 // capacity too small for any new session, so admission in queue mode
 // parks every new session at the warden.
-func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duration) *agent.Model {
+func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duration) *placement.Model {
 	tb.Helper()
 	mc := modelConfig(url)
-	mc.Policy = agent.PolicyCost
+	mc.Policy = config.PolicyCost
 	m := mustModel(tb, mc)
-	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
 		tb.Fatal(err)
 	}
-	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 16}, time.Now())
+	m.ObserveReplica(0, placement.ReplicaMetrics{Healthy: true, KVCapacityTokens: 16}, time.Now())
 	return m
 }
 
-func waitParked(tb testing.TB, m *agent.Model, n int) {
+func waitParked(tb testing.TB, m *placement.Model, n int) {
 	tb.Helper()
 	testutil.Eventually(tb, 10*time.Second, fmt.Sprintf("%d requests parked", n), func() bool {
 		return m.AdmissionStats().Parked == n
@@ -104,13 +105,13 @@ func TestClientLeavingWhileParkedGivesItsPlaceToTheNext(t *testing.T) {
 	// once, and when the room frees the second is served, not the first.
 	sv := mustSim(t, 1, sim.ShapePorts)
 	mc := modelConfig(sv.URLs()[0])
-	mc.Policy = agent.PolicyCost
+	mc.Policy = config.PolicyCost
 	m := mustModel(t, mc)
-	if err := m.SetAdmission(agent.AdmissionConfig{Mode: agent.AdmissionQueue, Timeout: time.Minute}); err != nil {
+	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now())
-	holder, err := m.Place(agent.Request{SessionID: "holder", PromptBytes: 11_000, Now: time.Now()}) // 2,750 tokens of 3,000
+	m.ObserveReplica(0, placement.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now())
+	holder, err := m.Place(placement.Request{SessionID: "holder", PromptBytes: 11_000, Now: time.Now()}) // 2,750 tokens of 3,000
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestClientLeavingWhileParkedGivesItsPlaceToTheNext(t *testing.T) {
 	m.Done(holder, time.Now())
 	// the holder's room frees when its liveness lapses, at a poll
 	testutil.Eventually(t, 30*time.Second, "the second waiter granted", func() bool {
-		m.ObserveReplica(0, agent.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now().Add(time.Minute))
+		m.ObserveReplica(0, placement.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now().Add(time.Minute))
 		return m.AdmissionStats().Parked == 0
 	})
 	resp, body := second.response(t)

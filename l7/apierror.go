@@ -2,9 +2,10 @@ package l7
 
 import (
 	"encoding/json"
-	"github.com/lmwarden/lmwarden/l7/http1"
 	"strconv"
 	"strings"
+
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // Errors in the shape of the API the client speaks, so that its SDK

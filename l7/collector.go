@@ -3,8 +3,9 @@ package l7
 import (
 	"strconv"
 
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // The shim's Prometheus metrics (the agent exports placement and replica
@@ -57,7 +58,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // alerts see it before the first one.
 var answeredCodes = []int{400, 408, 431, 502, 503, 504, 505}
 
-// replicaCounter is implemented by *agent.Model.
+// replicaCounter is implemented by *placement.Model.
 type replicaCounter interface{ Replicas() int }
 
 // Collect implements prometheus.Collector.

@@ -3,12 +3,13 @@ package l7
 import (
 	"errors"
 	"fmt"
-	"github.com/lmwarden/lmwarden/l7/datapath"
-	"github.com/lmwarden/lmwarden/l7/http1"
 	"io"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // A response cut in the middle (the replica died, or was ended as stalled

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
@@ -97,7 +97,7 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 }
 
 // placedOn lists, per replica, how many requests the model placed there.
-func placedOn(m *agent.Model) []uint64 {
+func placedOn(m *placement.Model) []uint64 {
 	st := m.Status()
 	out := make([]uint64, len(st.Replicas))
 	for i, r := range st.Replicas {

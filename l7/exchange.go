@@ -1,8 +1,9 @@
 package l7
 
 import (
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"time"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // exchange is the shim's record of one request and its response: the

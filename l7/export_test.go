@@ -1,9 +1,10 @@
 package l7
 
 import (
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net/http"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // Exports for package l7_test: the kernel datapaths live in package

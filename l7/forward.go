@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
@@ -24,9 +24,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
 	// A body that has not arrived whole with its head does not steer
-	// placement until it has (agent.Request.BodyPending).
+	// placement until it has (placement.Request.BodyPending).
 	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
-	p, wait, err := s.placer.Admit(agent.Request{
+	p, wait, err := s.placer.Admit(placement.Request{
 		SessionID:    key.SessionID,
 		PinnedHeader: key.PinnedHeader,
 		PromptBytes:  key.PromptBytes,
@@ -43,10 +43,10 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		parked = time.Since(start)
 	}
 	if err != nil {
-		var full *agent.AdmissionFullError
+		var full *placement.AdmissionFullError
 		if errors.As(err, &full) {
 			s.rejectRetry(client, h, full.RetryAfter)
-		} else if errors.Is(err, agent.ErrNoHealthyReplica) || errors.Is(err, agent.ErrAdmissionFull) {
+		} else if errors.Is(err, placement.ErrNoHealthyReplica) || errors.Is(err, placement.ErrAdmissionFull) {
 			s.reject(client, 503, h)
 		} else {
 			s.log.Warn("placement failed", "err", err)
@@ -135,7 +135,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 // failed ends an exchange that failed: the shim's own answer (status), or
 // the API's error event on a stream that was cut on the replica's side,
 // and a log line that says which side failed, naming the replica.
-func (s *Shim) failed(x *exchange, p agent.Placement, status int, start time.Time, err error) {
+func (s *Shim) failed(x *exchange, p placement.Placement, status int, start time.Time, err error) {
 	client, h := x.Client, x.Request
 	gone := errors.Is(err, errClientGone)
 	evented := false
@@ -186,8 +186,8 @@ func (s *Shim) replicaURL(replica int) string {
 	return ""
 }
 
-// bodyArrival is implemented by *agent.Model (agent.Request.BodyPending).
-type bodyArrival interface{ BodyArrived(*agent.Placement) }
+// bodyArrival is implemented by *placement.Model (placement.Request.BodyPending).
+type bodyArrival interface{ BodyArrived(*placement.Placement) }
 
 // parkedPoll is how often a parked request checks that its client is
 // still there.
@@ -203,7 +203,7 @@ const parkedPoll = 50 * time.Millisecond
 // leaving by itself: the client may only have half-closed. An HTTP/1.1
 // client is sent "100 Continue" then, which a closed socket answers with
 // a reset; an HTTP/1.0 one is found out when its answer is written.
-func (s *Shim) awaitAdmission(client *datapath.Conn, w *agent.Wait, h *http1.Head) (agent.Placement, error) {
+func (s *Shim) awaitAdmission(client *datapath.Conn, w *placement.Wait, h *http1.Head) (placement.Placement, error) {
 	s.stats.parked.Add(1)
 	timer := time.NewTimer(time.Until(w.Deadline))
 	defer timer.Stop()
@@ -223,7 +223,7 @@ func (s *Shim) awaitAdmission(client *datapath.Conn, w *agent.Wait, h *http1.Hea
 				continue
 			}
 			s.placer.Abandon(w, time.Now()) // its place goes to the next waiter at once
-			return agent.Placement{}, errClientGone
+			return placement.Placement{}, errClientGone
 		}
 		return s.placer.Claim(w, time.Now())
 	}
@@ -233,7 +233,7 @@ func (s *Shim) awaitAdmission(client *datapath.Conn, w *agent.Wait, h *http1.Hea
 // sent yet) moves the request to the next-best replica once, through
 // Model.Retry, which updates *p; a failed Retry releases the request itself
 // (*released = true: no Done).
-func (s *Shim) connect(p *agent.Placement, released *bool) (*datapath.Conn, bool, error) {
+func (s *Shim) connect(p *placement.Placement, released *bool) (*datapath.Conn, bool, error) {
 	ctx := context.Background()
 	up, reused, err := s.pool.Get(ctx, p.Addr)
 	if err == nil {
@@ -253,7 +253,7 @@ func (s *Shim) connect(p *agent.Placement, released *bool) (*datapath.Conn, bool
 // relay moves one exchange once the upstream connection is up. On error it
 // returns the status the shim should still answer with (0: none, the
 // client is gone or has already seen part of the response).
-func (s *Shim) relay(x *exchange, p *agent.Placement, reused bool) (int, error) {
+func (s *Shim) relay(x *exchange, p *placement.Placement, reused bool) (int, error) {
 	client, h := x.Client, x.Request
 	if h.ExpectContinue {
 		// The shim stripped Expect and is ready for the body now.
@@ -450,7 +450,7 @@ func relayDechunked(x *datapath.Exchange) error {
 // moment after the deadline is ended (its replica connection closed,
 // which aborts the replica's request). A body that arrives lets the
 // request steer placement from then on.
-func (s *Shim) relayRequestBody(x *exchange, p *agent.Placement) error {
+func (s *Shim) relayRequestBody(x *exchange, p *placement.Placement) error {
 	x.BodyDeadline = time.Now().Add(s.opts.BodyDeadline)
 	if x.Request.Framing == http1.FramingNone || (x.Request.Framing == http1.FramingLength && x.Request.ContentLength == 0) {
 		s.bodyArrived(p)
@@ -472,7 +472,7 @@ func (s *Shim) relayRequestBody(x *exchange, p *agent.Placement) error {
 // before the shim ends the exchange.
 const bodyDeadlineSlack = 250 * time.Millisecond
 
-func (s *Shim) bodyArrived(p *agent.Placement) {
+func (s *Shim) bodyArrived(p *placement.Placement) {
 	if b, ok := s.placer.(bodyArrival); ok {
 		b.BodyArrived(p)
 	}
@@ -531,13 +531,13 @@ func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http
 	return resp, false, err
 }
 
-// responseObserver is implemented by *agent.Model: it keeps the time to
+// responseObserver is implemented by *placement.Model: it keeps the time to
 // first byte and duration histograms (lmwarden_*_seconds).
 type responseObserver interface {
-	ObserveResponse(agent.ResponseTiming, time.Time)
+	ObserveResponse(placement.ResponseTiming, time.Time)
 }
 
-// answeredObserver is implemented by *agent.Model: the dashboard shows
+// answeredObserver is implemented by *placement.Model: the dashboard shows
 // the errors the warden answered itself, by code.
 type answeredObserver interface {
 	ObserveAnswered(code int, now time.Time)
@@ -556,7 +556,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	} else if !at.IsZero() {
 		first = at
 	}
-	o.ObserveResponse(agent.ResponseTiming{
+	o.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 	}, end)
 }
@@ -741,7 +741,7 @@ func statusText(code int) string {
 
 // logAttrs describes an exchange for the log: never the prompt, never the
 // raw session id (only the model's keyed hash of it).
-func (s *Shim) logAttrs(x *exchange, p agent.Placement, status int, start time.Time, err error, more ...any) []any {
+func (s *Shim) logAttrs(x *exchange, p placement.Placement, status int, start time.Time, err error, more ...any) []any {
 	a := []any{
 		"replica", p.Replica, "kind", p.Kind.String(),
 		"session", strconv.FormatUint(p.SessionHash, 16), "method", x.Request.Method,

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/http1"
@@ -64,7 +66,7 @@ func TestKernelTimesTheFirstBodyByteItCarried(t *testing.T) {
 			}
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(agent.NewCollector([]*agent.Model{m}, agent.BuildInfo{}))
+		reg.MustRegister(agent.NewCollector([]*placement.Model{m}, adminapi.BuildInfo{}))
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -2,10 +2,11 @@ package l7
 
 import (
 	"container/list"
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // ConnLimits bounds the client connections of every shim that shares it:

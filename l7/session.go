@@ -1,8 +1,9 @@
 package l7
 
 import (
-	"github.com/lmwarden/lmwarden/l7/http1"
 	"strings"
+
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // RoutingKey is what the shim learns from a request head for placement.

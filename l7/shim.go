@@ -13,23 +13,23 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
-// Placer is what the shim needs from the control plane: *agent.Model.
+// Placer is what the shim needs from the control plane: *placement.Model.
 // Admit places a request at once or parks it (cache-capacity admission);
 // a parked one is placed by Claim or dropped by Abandon. Every placement
 // ends with exactly one Done, unless a Retry failed (it released it).
 type Placer interface {
 	Name() string
 	SessionHeaders() []string
-	Admit(agent.Request) (agent.Placement, *agent.Wait, error)
-	Claim(*agent.Wait, time.Time) (agent.Placement, error)
-	Abandon(*agent.Wait, time.Time)
-	Retry(agent.Placement, time.Time) (agent.Placement, error)
-	Done(agent.Placement, time.Time)
+	Admit(placement.Request) (placement.Placement, *placement.Wait, error)
+	Claim(*placement.Wait, time.Time) (placement.Placement, error)
+	Abandon(*placement.Wait, time.Time)
+	Retry(placement.Placement, time.Time) (placement.Placement, error)
+	Done(placement.Placement, time.Time)
 }
 
 // Options tune a Shim. Zero values take the defaults below.
@@ -139,7 +139,7 @@ type connState struct {
 	lim  *limitEntry // its place in the connection bounds
 }
 
-// NewShim returns a shim for one model (pass an *agent.Model).
+// NewShim returns a shim for one model (pass an *placement.Model).
 func NewShim(m Placer, opts Options) *Shim {
 	opts.setDefaults()
 	return &Shim{

@@ -10,6 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
@@ -53,7 +55,7 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 	waitInFlight(t, m)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(agent.NewCollector([]*agent.Model{m}, agent.BuildInfo{}))
+	reg.MustRegister(agent.NewCollector([]*placement.Model{m}, adminapi.BuildInfo{}))
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

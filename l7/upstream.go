@@ -3,11 +3,12 @@ package l7
 import (
 	"context"
 	"errors"
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lmwarden/lmwarden/l7/datapath"
 )
 
 // Upstreams dials replicas and keeps idle keep-alive connections to them,

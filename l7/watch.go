@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
-	"golang.org/x/sys/unix"
 )
 
 // clientWatch notices a client that goes away while its request waits

@@ -3,7 +3,7 @@ package maps
 import "time"
 
 // SessionSink mirrors a model's session table into the pinned sessions
-// map (it satisfies agent.SessionSink without importing agent: the data
+// map (it satisfies placement.SessionSink without importing agent: the data
 // flow is agent -> maps -> bpf). Errors are dropped: the map is a mirror
 // for inspection and restarts, never the source of a placement.
 type SessionSink struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // The picker's admin API (HTTP; docs/multihost.md). The model endpoints
@@ -19,7 +19,7 @@ import (
 // as they read a warden.
 //
 //	GET /api/v1/hosts      every host: endpoint, admin URL, health, what its warden last said
-//	GET /api/v1/models     the Model over the hosts (agent.ModelsResponse)
+//	GET /api/v1/models     the Model over the hosts (adminapi.ModelsResponse)
 //	GET /api/v1/sessions   the conversations and the host each is on (keyed hashes only)
 //	GET /healthz           200 while the process serves
 //	GET /readyz            200 while at least one host takes placements, else 503 and why
@@ -47,18 +47,18 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		writeJSON(rw, http.StatusOK, HostsResponse{Ready: reg.Ready(), Hosts: reg.Hosts()})
 	})
 	mux.HandleFunc("GET /api/v1/models", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, agent.ModelsResponse{Models: []agent.ModelStatus{reg.Model().Status()}})
+		writeJSON(rw, http.StatusOK, adminapi.ModelsResponse{Models: []adminapi.ModelStatus{reg.Model().Status()}})
 	})
 	mux.HandleFunc("GET /api/v1/models/{name}", func(rw http.ResponseWriter, r *http.Request) {
 		m := reg.Model()
 		if r.PathValue("name") != m.Name() {
-			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", agent.ErrUnknownModel, r.PathValue("name"))})
+			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", adminapi.ErrUnknownModel, r.PathValue("name"))})
 			return
 		}
 		writeJSON(rw, http.StatusOK, m.Status())
 	})
 	mux.HandleFunc("GET /api/v1/sessions", func(rw http.ResponseWriter, r *http.Request) {
-		limit := agent.DefaultSessionsLimit
+		limit := adminapi.DefaultSessionsLimit
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -68,7 +68,7 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 			limit = n
 		}
 		m := reg.Model()
-		writeJSON(rw, http.StatusOK, agent.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
+		writeJSON(rw, http.StatusOK, adminapi.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
 	})
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})

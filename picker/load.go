@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // HostLoad is what the last poll of a host's warden said about the model
@@ -42,11 +43,11 @@ type HostLoad struct {
 func (l HostLoad) Healthy() bool { return l.Serving && l.Ready > 0 }
 
 // metrics is the host as a replica of the picker's Model. The load formula
-// (agent/placement.go) weighs running, waiting and KV use per replica;
+// (agent/placement/placement.go) weighs running, waiting and KV use per replica;
 // summed over the host's replicas, a host's load is the sum of its
 // replicas' loads, so hosts compare as their warden compares replicas.
-func (l HostLoad) metrics() agent.ReplicaMetrics {
-	return agent.ReplicaMetrics{Healthy: l.Healthy(), Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsed}
+func (l HostLoad) metrics() placement.ReplicaMetrics {
+	return placement.ReplicaMetrics{Healthy: l.Healthy(), Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsed}
 }
 
 // errPoll is a host warden that did not answer usably.
@@ -64,7 +65,7 @@ func pollHost(ctx context.Context, c *http.Client, h Host, model string) (HostLo
 	if err != nil {
 		return HostLoad{}, err
 	}
-	var mr agent.ModelsResponse
+	var mr adminapi.ModelsResponse
 	if err := getJSON(ctx, c, h.Admin+"/api/v1/models", &mr); err != nil {
 		return HostLoad{}, err
 	}
@@ -120,8 +121,8 @@ func getJSON(ctx context.Context, c *http.Client, u string, v any) error {
 
 // loadFrom finds the model among a warden's models ("" accepts a warden
 // that serves exactly one) and sums its ready replicas.
-func loadFrom(models []agent.ModelStatus, model string) (HostLoad, error) {
-	var ms *agent.ModelStatus
+func loadFrom(models []adminapi.ModelStatus, model string) (HostLoad, error) {
+	var ms *adminapi.ModelStatus
 	names := make([]string, len(models))
 	for i := range models {
 		names[i] = models[i].Name
@@ -150,12 +151,12 @@ func loadFrom(models []agent.ModelStatus, model string) (HostLoad, error) {
 
 // hostSessions reads the live sessions of the model on a host (hashes
 // only: the host warden never had more).
-func hostSessions(ctx context.Context, c *http.Client, h Host, model string) ([]agent.SessionInfo, error) {
+func hostSessions(ctx context.Context, c *http.Client, h Host, model string) ([]adminapi.SessionInfo, error) {
 	u := h.Admin + "/api/v1/sessions?limit=0"
 	if model != "" {
 		u += "&model=" + url.QueryEscape(model)
 	}
-	var sr agent.SessionsResponse
+	var sr adminapi.SessionsResponse
 	if err := getJSON(ctx, c, u, &sr); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // counters are the picker's own event counts (atomic: the pick path
@@ -47,11 +47,11 @@ var pickerDescs = []*prometheus.Desc{descBuild, descStreams, descPicks, descServ
 // Collector exports the picker's families.
 type Collector struct {
 	reg   *Registry
-	build agent.BuildInfo
+	build adminapi.BuildInfo
 }
 
 // NewCollector exports reg's state.
-func NewCollector(reg *Registry, build agent.BuildInfo) *Collector {
+func NewCollector(reg *Registry, build adminapi.BuildInfo) *Collector {
 	return &Collector{reg: reg, build: build}
 }
 

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/picker"
 	"github.com/lmwarden/lmwarden/picker/pickertest"
@@ -233,7 +234,7 @@ func TestRestartedPickerLearnsConversationsFromTheHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Kind != agent.KindSticky {
+		if p.Kind != placement.KindSticky {
 			t.Errorf("c%d: placed %s, want sticky", s, p.Kind)
 		}
 		fresh.Done(p)
@@ -503,12 +504,12 @@ func TestAdminAPI(t *testing.T) {
 	if !hr.Ready || len(hr.Hosts) != 2 || hr.Hosts[0].Load.Ready != 2 || hr.Hosts[0].Endpoint != w.hosts[0].Endpoint {
 		t.Errorf("hosts: %+v", hr)
 	}
-	var mr agent.ModelsResponse
+	var mr adminapi.ModelsResponse
 	getJSON(t, base+"/api/v1/models", &mr)
 	if len(mr.Models) != 1 || len(mr.Models[0].Replicas) != 2 || mr.Models[0].Sessions != 1 {
 		t.Errorf("models: %+v", mr)
 	}
-	var sr agent.SessionsResponse
+	var sr adminapi.SessionsResponse
 	getJSON(t, base+"/api/v1/sessions", &sr)
 	if sr.Total != 1 || len(sr.Sessions) != 1 {
 		t.Errorf("sessions: %+v", sr)

@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // Defaults of the picker's settings (docs/multihost.md lists them).
@@ -42,10 +44,10 @@ type Config struct {
 	// SessionTTL, SpillThreshold and HashKey mean what they mean for a
 	// warden's model (docs/config.md). HashKey must be the hosts' key for
 	// the picker to learn the hosts' sessions (SessionSync).
-	Policy         agent.Policy
+	Policy         config.Policy
 	SessionHeaders []string
 	SessionTTL     time.Duration
-	SpillThreshold agent.SpillThreshold
+	SpillThreshold config.SpillThreshold
 	HashKey        []byte
 	// PollInterval is how often each host warden's admin API is read,
 	// PollTimeout bounds one read, and UnhealthyAfter failed reads in a
@@ -104,13 +106,13 @@ func ParseServedReport(s string) (ServedReport, error) {
 
 func (c *Config) setDefaults() {
 	if c.Policy == "" {
-		c.Policy = agent.PolicySticky
+		c.Policy = config.PolicySticky
 	}
 	if len(c.SessionHeaders) == 0 {
-		c.SessionHeaders = append([]string(nil), agent.DefaultSessionHeaders...)
+		c.SessionHeaders = append([]string(nil), config.DefaultSessionHeaders...)
 	}
 	if c.SessionTTL <= 0 {
-		c.SessionTTL = agent.DefaultSessionTTL
+		c.SessionTTL = config.DefaultSessionTTL
 	}
 	if !c.SpillThreshold.Auto && c.SpillThreshold.N <= 0 {
 		c.SpillThreshold.N = DefaultSpillThreshold
@@ -152,12 +154,12 @@ type Registry struct {
 	cfg    Config
 	log    *slog.Logger
 	client *http.Client
-	hasher agent.SessionHasher
+	hasher placement.SessionHasher
 	stats  *counters
 
 	mu    sync.RWMutex
 	gen   uint64 // bumped when the host list changes
-	model *agent.Model
+	model *placement.Model
 	hosts []*hostState // index = the host's replica index in model
 	byEP  map[string]int
 
@@ -206,7 +208,7 @@ func NewRegistry(cfg Config) (*Registry, error) {
 	r := &Registry{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		hasher: agent.NewSessionHasher(cfg.HashKey),
+		hasher: placement.NewSessionHasher(cfg.HashKey),
 		stats:  &counters{},
 		client: &http.Client{Transport: &http.Transport{
 			Proxy:               nil, // the hosts are reached directly, never through a proxy
@@ -224,8 +226,8 @@ func NewRegistry(cfg Config) (*Registry, error) {
 
 // modelConfig is the Model over hosts: each host is a replica whose URL is
 // its endpoint.
-func (r *Registry) modelConfig(hosts []Host) agent.ModelConfig {
-	mc := agent.DefaultConfig().Models[0]
+func (r *Registry) modelConfig(hosts []Host) config.ModelConfig {
+	mc := config.DefaultConfig().Models[0]
 	if r.cfg.Model != "" {
 		mc.Name = r.cfg.Model
 	}
@@ -265,7 +267,7 @@ func (r *Registry) rebuild(hosts []Host) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, err := agent.NewModel(r.modelConfig(hosts), agent.ModelOptions{Hasher: &r.hasher, Seed: r.gen + 1})
+	m, err := placement.NewModel(r.modelConfig(hosts), placement.ModelOptions{Hasher: &r.hasher, Seed: r.gen + 1})
 	if err != nil {
 		return err
 	}
@@ -424,7 +426,7 @@ func (r *Registry) pollOnce(ctx context.Context, hs *hostState) {
 // syncSessions learns the conversations host i's warden holds that the
 // picker does not know (a restarted picker, another picker, another front
 // tier): each stays on that host. It needs the hosts' session-hash key.
-func (r *Registry) syncSessions(ctx context.Context, hs *hostState, m *agent.Model, i int) {
+func (r *Registry) syncSessions(ctx context.Context, hs *hostState, m *placement.Model, i int) {
 	sctx, cancel := context.WithTimeout(ctx, sessionTimeout)
 	defer cancel()
 	list, err := hostSessions(sctx, r.client, hs.Host, r.cfg.Model)
@@ -541,14 +543,14 @@ type Request struct {
 type Pick struct {
 	Endpoints []string
 	Host      int // index of Endpoints[0] in Hosts()
-	Kind      agent.PlacementKind
+	Kind      placement.PlacementKind
 	// ReportServed says the endpoint that serves may not be the pick (a
 	// fallback is listed and the pick's host is in doubt, or the Config
 	// asks always): the gateway should report it on the response head.
 	ReportServed bool
-	model        *agent.Model
+	model        *placement.Model
 	gen          uint64
-	placement    agent.Placement
+	placement    placement.Placement
 	done         atomic.Bool
 }
 
@@ -579,7 +581,7 @@ func (r *Registry) Pick(q Request) (*Pick, error) {
 		r.stats.shed.Add(1)
 		return nil, ErrShed
 	}
-	p, err := m.Place(agent.Request{SessionID: q.SessionID, PromptBytes: q.PromptBytes, Now: q.Now})
+	p, err := m.Place(placement.Request{SessionID: q.SessionID, PromptBytes: q.PromptBytes, Now: q.Now})
 	if err != nil {
 		r.stats.noEndpoint.Add(1)
 		return nil, fmt.Errorf("%w: %v", ErrNoEndpoint, err)
@@ -599,7 +601,7 @@ func (r *Registry) Pick(q Request) (*Pick, error) {
 			r.stats.noEndpoint.Add(1)
 			return nil, fmt.Errorf("%w: no host of the subset is ready", ErrNoEndpoint)
 		}
-		if p, err = m.Place(agent.Request{SessionID: q.SessionID, PinnedHeader: strconv.Itoa(j), PromptBytes: q.PromptBytes, Now: q.Now}); err != nil || p.Replica != j {
+		if p, err = m.Place(placement.Request{SessionID: q.SessionID, PinnedHeader: strconv.Itoa(j), PromptBytes: q.PromptBytes, Now: q.Now}); err != nil || p.Replica != j {
 			if err == nil {
 				m.Done(p, q.Now)
 			}
@@ -690,7 +692,7 @@ func (r *Registry) Done(p *Pick) {
 }
 
 // Model is the placement Model over the current hosts (admin API, tests).
-func (r *Registry) Model() *agent.Model {
+func (r *Registry) Model() *placement.Model {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.model
@@ -729,7 +731,7 @@ func (r *Registry) Hosts() []HostStatus {
 }
 
 // snapshot is the hosts and the Model's status, of one host list.
-func (r *Registry) snapshot() ([]HostStatus, agent.ModelStatus) {
+func (r *Registry) snapshot() ([]HostStatus, adminapi.ModelStatus) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.hostsLocked(), r.model.Status()

@@ -19,7 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // ServerConfig is a whole picker process: the registry's settings and the
@@ -37,7 +37,7 @@ type ServerConfig struct {
 	Namespaces Namespaces
 	// Discover finds the hosts by DNS (discover.go); nil: Hosts as given.
 	Discover *Discovery
-	Build    agent.BuildInfo
+	Build    adminapi.BuildInfo
 }
 
 // Server runs a picker: the registry's polls, the ext_proc gRPC server

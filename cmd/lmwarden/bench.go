@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/bench"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/sim"
@@ -83,16 +84,16 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
 	f.overrides.registerOverrides(fs)
 	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
-	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.StringVar(&f.lbStats, "lb-stats", "", "stats mode of vLLM's balancer in the off arm: fresh, stale or none (default: the profile's with --virtual, as its vLLM version behaves; else fresh)")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
 	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
-	fs.StringVar(&f.admission, "admission", string(agent.DefaultAdmission.Mode), "--virtual, policy cost: cache-capacity admission auto (waits at the warden only while the live context exceeds the caches), queue (always), spill (nobody waits) or off")
-	fs.DurationVar(&f.admissionTimeout, "admission-timeout", agent.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
-	fs.Float64Var(&f.admissionFill, "admission-fill", agent.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
-	fs.Float64Var(&f.admissionQuantum, "admission-quantum", agent.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")
+	fs.StringVar(&f.admission, "admission", string(config.DefaultAdmission.Mode), "--virtual, policy cost: cache-capacity admission auto (waits at the warden only while the live context exceeds the caches), queue (always), spill (nobody waits) or off")
+	fs.DurationVar(&f.admissionTimeout, "admission-timeout", config.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
+	fs.Float64Var(&f.admissionFill, "admission-fill", config.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
+	fs.Float64Var(&f.admissionQuantum, "admission-quantum", config.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")
 	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4), long (heavy-tailed turns with tool results, compacting near the model's context) or claude-code (Claude Code's published shape: ~25K to start, hundreds of turns, subagent groups; needs a context of 64K or more, e.g. --profile h200-qwen3-4b)")
 	fs.BoolVar(&f.describe, "describe", false, "--workload claude-code: print what the workload generates beside the published figures (2,000 sessions on paper, at --max-context or the profile's context) and exit")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
@@ -103,7 +104,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 
 func policyNames() string {
 	var names []string
-	for _, p := range agent.Policies() {
+	for _, p := range config.Policies() {
 		names = append(names, string(p))
 	}
 	return strings.Join(names, ", ")

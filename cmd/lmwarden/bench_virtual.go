@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/bench"
 )
 
@@ -36,6 +36,9 @@ func (f *benchFlags) runVirtual(ctx context.Context, plan benchPlan, tracer benc
 	if err != nil {
 		return nil, err
 	}
+	if !f.set["lb-stats"] {
+		plan.lb = p.LBStats() // as the profile's vLLM behaves
+	}
 	return bench.RunVirtual(ctx, bench.VirtualConfig{
 		Profile: p, Replicas: f.replicas, Steps: plan.steps, Duration: f.duration, Warmup: f.warmup, Arms: plan.arms,
 		FreshReplicas: plan.fresh, LBStats: plan.lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, plan.phases),
@@ -52,16 +55,16 @@ func (f *benchFlags) runVirtual(ctx context.Context, plan benchPlan, tracer benc
 
 // spillThresholdFor reads --spill-threshold: "" (the warden's default), a
 // number, or auto.
-func spillThresholdFor(v string) (agent.SpillThreshold, error) {
+func spillThresholdFor(v string) (config.SpillThreshold, error) {
 	if v == "" {
-		return agent.SpillThreshold{}, nil
+		return config.SpillThreshold{}, nil
 	}
 	if v == "auto" {
-		return agent.SpillThreshold{Auto: true}, nil
+		return config.SpillThreshold{Auto: true}, nil
 	}
 	var n int
 	if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n < 1 || fmt.Sprint(n) != v {
-		return agent.SpillThreshold{}, fmt.Errorf("--spill-threshold %q: want a number of requests in flight or auto: %w", v, errUsage)
+		return config.SpillThreshold{}, fmt.Errorf("--spill-threshold %q: want a number of requests in flight or auto: %w", v, errUsage)
 	}
-	return agent.SpillThreshold{N: n}, nil
+	return config.SpillThreshold{N: n}, nil
 }

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func init() {
@@ -51,8 +51,8 @@ func runCheckConfig(args []string, out io.Writer) error {
 	if file == "" {
 		return fmt.Errorf("give the configuration FILE to check: %w", errUsage)
 	}
-	cfg, err := agent.LoadConfig(file)
-	var ce *agent.ConfigError
+	cfg, err := config.LoadConfig(file)
+	var ce *config.ConfigError
 	switch {
 	case errors.As(err, &ce):
 		for _, p := range ce.Problems {
@@ -87,7 +87,7 @@ func runCheckConfig(args []string, out io.Writer) error {
 
 // problemLine is FILE:LINE: field: message (the compilers' form, which
 // editors jump to).
-func problemLine(file string, p agent.FieldError) string {
+func problemLine(file string, p config.FieldError) string {
 	at := file
 	if p.Line > 0 {
 		at = fmt.Sprintf("%s:%d", file, p.Line)

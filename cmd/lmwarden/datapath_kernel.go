@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
@@ -16,8 +18,9 @@ import (
 
 // kernelDatapath is a kernel datapath with its pinned state.
 type kernelDatapath struct {
-	st   *maps.State
-	path *kernel.Path
+	st    *maps.State
+	path  *kernel.Path
+	proof selfTestProof // what its self-test found
 }
 
 // loadKernelDatapath loads (or adopts) the pinned BPF state at pinDir
@@ -37,14 +40,17 @@ func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kerne
 		how = "adopted"
 	}
 	log.Info("kernel datapath", "state", p.State.Dir(), "pinned", how)
+	if old := p.State.OlderAttach(); len(old) > 0 {
+		log.Info("kernel datapath: no bpf_link for these attach types on this kernel; attached with BPF_PROG_ATTACH, which lasts as long as the pinned map", "programs", old)
+	}
 	return &kernelDatapath{st: p.State, path: p}, nil
 }
 
 // kernelNeeds is what each kernel datapath needs, as measured
 // (docs/kernel.md, "Requirements (as measured)").
 var kernelNeeds = map[maps.Mode]string{
-	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.10 with BTF",
-	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF",
+	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.1 with BTF",
+	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.1 with BTF",
 }
 
 // listenFrontend opens the listener of a model's shim: an ephemeral
@@ -81,8 +87,8 @@ func (k *kernelDatapath) listenFrontend(addr string) (*net.TCPListener, error) {
 
 // sessionSink mirrors every model's sessions into the pinned map
 // (agent.Options.Sink); each entry carries its model's index in the config.
-func (k *kernelDatapath) sessionSink(cfg *agent.Config) func(agent.ModelConfig) agent.SessionSink {
-	return func(mc agent.ModelConfig) agent.SessionSink {
+func (k *kernelDatapath) sessionSink(cfg *config.Config) func(config.ModelConfig) placement.SessionSink {
+	return func(mc config.ModelConfig) placement.SessionSink {
 		for i := range cfg.Models {
 			if cfg.Models[i].Name == mc.Name {
 				return maps.SessionSink{S: k.st, Model: uint32(i)}
@@ -95,7 +101,7 @@ func (k *kernelDatapath) sessionSink(cfg *agent.Config) func(agent.ModelConfig) 
 // hashKey makes the session hash survive a restart: without a configured
 // hash_key, the key is the one kept in the pinned state (made the first
 // time), so the sessions map's keys stay valid for the next warden.
-func (k *kernelDatapath) hashKey(cfg *agent.Config) error {
+func (k *kernelDatapath) hashKey(cfg *config.Config) error {
 	if cfg.HashKey != nil {
 		return nil
 	}

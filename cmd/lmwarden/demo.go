@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/bench"
 	"github.com/lmwarden/lmwarden/internal/vllmlb"
 	"github.com/lmwarden/lmwarden/l7"
@@ -50,7 +51,7 @@ func runDemo(args []string) error {
 	fs.StringVar(&f.steps, "steps", "4,8,16", "concurrent sessions per step")
 	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "simulated length of each step and arm (wall time is this / --speed)")
 	fs.StringVar(&f.api, "api", bench.APIAnthropic, "request shape: anthropic or openai")
-	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.StringVar(&f.lbStats, "lb-stats", "", "stats mode of vLLM's balancer in the off arm: fresh, stale or none (default: the profile's)")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
 	fs.StringVar(&f.out, "out", "", "report directory (default out/demo-<time>)")
 	if err := parseFlags(fs, args); err != nil {
@@ -68,6 +69,9 @@ func runDemo(args []string) error {
 	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	if f.lbStats == "" {
+		lb = p.LBStats()
 	}
 	if f.replicas < 1 || f.speed <= 0 || f.duration <= 0 {
 		return fmt.Errorf("--replicas, --speed and --duration must be positive: %w", errUsage)
@@ -154,7 +158,7 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 	// when privileged and built in, userspace otherwise; what it logs about
 	// the choice becomes the demo's "datapath" line.
 	var why reasonHandler
-	dp, err := selectDatapath(&agent.Config{Datapath: "auto"}, maps.DefaultDir, slog.New(&why))
+	dp, err := selectDatapath(&config.Config{Datapath: "auto"}, maps.DefaultDir, slog.New(&why))
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +168,10 @@ func startDemoWarden(ctx context.Context, out io.Writer, replicaURLs []string, s
 		closeDatapath()
 		return nil, fmt.Errorf("frontend: %w", err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Admin = "127.0.0.1:0"
 	cfg.Datapath = dp.Name()
-	cfg.PollInterval = max(20*time.Millisecond, time.Duration(float64(agent.DefaultPollInterval)/speed))
+	cfg.PollInterval = max(20*time.Millisecond, time.Duration(float64(config.DefaultPollInterval)/speed))
 	cfg.Models[0].Name = "qwen3-4b"
 	cfg.Models[0].Frontend = ln.Addr().String()
 	cfg.Models[0].Replicas = replicaURLs

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // checkNoLoop refuses a configuration in which a replica's address is one
@@ -17,7 +17,7 @@ import (
 // and each would be forwarded to itself again. (The kernel datapath serves
 // that layout, the one that fails open to vLLM's own listener: its
 // dispatch program never steers the warden's own connections.)
-func checkNoLoop(cfg *agent.Config) error {
+func checkNoLoop(cfg *config.Config) error {
 	ctx := context.Background()
 	type front struct {
 		ap    netip.AddrPort
@@ -46,7 +46,7 @@ func checkNoLoop(cfg *agent.Config) error {
 				same := f.ap == ap || (f.ap.Port() == ap.Port() && f.ap.Addr().IsUnspecified() && isLocalAddr(ap.Addr()))
 				if same {
 					return fmt.Errorf("%w: %s %s is the frontend %s of model %s: the userspace datapath listens there itself and would send the warden's requests to itself (a loop); serve this layout with --datapath kernel (it never steers the warden's own connections, and the frontend fails open to that replica's listener), or give the frontend another port",
-						agent.ErrInvalidConfig, field, raw, f.ap, f.model)
+						config.ErrInvalidConfig, field, raw, f.ap, f.model)
 				}
 			}
 		}

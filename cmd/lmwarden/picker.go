@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/picker"
 )
 
@@ -31,10 +31,10 @@ func runPicker(args []string) error {
 	grpcAddr := fs.String("grpc", "0.0.0.0:9002", "ext_proc and gRPC health listen address (off: none)")
 	adminAddr := fs.String("admin", "127.0.0.1:9200", "admin API, /metrics, /healthz, /readyz (off: none)")
 	spoeAddr := fs.String("spoe", "off", "HAProxy SPOE agent listen address (off: none)")
-	policy := fs.String("policy", string(agent.PolicySticky), "placement over the hosts: "+servePolicyNames())
+	policy := fs.String("policy", string(config.PolicySticky), "placement over the hosts: "+servePolicyNames())
 	var sessionHeaders repeatedFlag
-	fs.Var(&sessionHeaders, "session-header", "a request header that carries the session id, first present wins (repeat; default "+strings.Join(agent.DefaultSessionHeaders, ", ")+")")
-	sessionTTL := fs.Duration("session-ttl", agent.DefaultSessionTTL, "how long an idle conversation stays on its host")
+	fs.Var(&sessionHeaders, "session-header", "a request header that carries the session id, first present wins (repeat; default "+strings.Join(config.DefaultSessionHeaders, ", ")+")")
+	sessionTTL := fs.Duration("session-ttl", config.DefaultSessionTTL, "how long an idle conversation stays on its host")
 	spill := fs.String("spill-threshold", fmt.Sprint(picker.DefaultSpillThreshold), "requests in flight on a host at which a conversation's request goes elsewhere (a number, or auto)")
 	hashKeyFile := fs.String("hash-key-file", "", "file holding the session-hash key, 32 hex digits (the hosts' hash_key, to learn their conversations); default: a random key")
 	pollInterval := fs.Duration("poll-interval", picker.DefaultPollInterval, "how often each host's warden is read")
@@ -58,7 +58,7 @@ func runPicker(args []string) error {
 	}
 	cfg := picker.ServerConfig{
 		Config: picker.Config{
-			Model: *model, Policy: agent.Policy(*policy), SessionHeaders: sessionHeaders, SessionTTL: *sessionTTL,
+			Model: *model, Policy: config.Policy(*policy), SessionHeaders: sessionHeaders, SessionTTL: *sessionTTL,
 			PollInterval: *pollInterval, PollTimeout: *pollTimeout, UnhealthyAfter: *unhealthyAfter,
 			ShedWaiting: *shed, SessionSync: *sessionSync, Logger: log,
 		},
@@ -71,7 +71,7 @@ func runPicker(args []string) error {
 		cfg.Fallbacks = -1 // none: the Config's 0 means the default
 	}
 	if *spill == "auto" {
-		cfg.SpillThreshold = agent.SpillThreshold{Auto: true}
+		cfg.SpillThreshold = config.SpillThreshold{Auto: true}
 	} else if _, err := fmt.Sscan(*spill, &cfg.SpillThreshold.N); err != nil || cfg.SpillThreshold.N < 1 {
 		return fmt.Errorf("--spill-threshold %q: want a number >= 1 or auto: %w", *spill, errUsage)
 	}
@@ -134,8 +134,8 @@ func offAddr(a string) string {
 	return a
 }
 
-func parsePolicyName(p string) (agent.Policy, error) {
-	for _, q := range agent.Policies() {
+func parsePolicyName(p string) (config.Policy, error) {
+	for _, q := range config.Policies() {
 		if string(q) == p {
 			return q, nil
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/maps"
 )
@@ -22,9 +24,9 @@ func init() {
 
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	config := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
+	configFile := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
 	listen := fs.String("listen", "", "frontend address clients connect to (overrides the only model's frontend)")
-	admin := fs.String("admin", "", "admin API address (default "+agent.DefaultAdmin+"; off disables it)")
+	admin := fs.String("admin", "", "admin API address (default "+config.DefaultAdmin+"; off disables it)")
 	var replicas repeatedFlag
 	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
 	datapath := fs.String("datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
@@ -43,7 +45,7 @@ func runServe(args []string) error {
 		return err
 	}
 
-	cfg, err := serveConfig(*config, *listen, *admin, *datapath, *policy, replicas)
+	cfg, err := serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
 	if err != nil {
 		return err
 	}
@@ -169,10 +171,10 @@ func runServe(args []string) error {
 
 // serveConfig loads the file (or builds a one-model config from flags) and
 // applies the flag overrides.
-func serveConfig(path, listen, admin, datapath, policy string, replicas []string) (*agent.Config, error) {
-	var cfg *agent.Config
+func serveConfig(path, listen, admin, datapath, policy string, replicas []string) (*config.Config, error) {
+	var cfg *config.Config
 	if path != "" {
-		c, err := agent.LoadConfig(path)
+		c, err := config.LoadConfig(path)
 		if err != nil {
 			return nil, err
 		}
@@ -181,14 +183,14 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 		if listen == "" || len(replicas) == 0 {
 			return nil, fmt.Errorf("without --config, give --listen and at least one --replica: %w", errUsage)
 		}
-		cfg = agent.DefaultConfig()
+		cfg = config.DefaultConfig()
 	}
 	if admin == "off" {
 		cfg.Admin, admin = "", ""
 	}
 	if policy != "" {
 		for i := range cfg.Models {
-			cfg.Models[i].Policy = agent.Policy(policy)
+			cfg.Models[i].Policy = config.Policy(policy)
 		}
 	}
 	if err := cfg.ApplyFlags(listen, admin, datapath, replicas); err != nil {
@@ -197,7 +199,7 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 	return cfg, nil
 }
 
-func shapeOf(m *agent.Model) string {
+func shapeOf(m *placement.Model) string {
 	if m.OneEndpoint() {
 		return "endpoint"
 	}
@@ -206,7 +208,7 @@ func shapeOf(m *agent.Model) string {
 
 func servePolicyNames() string {
 	var names []string
-	for _, p := range agent.Policies() {
+	for _, p := range config.Policies() {
 		names = append(names, string(p))
 	}
 	return strings.Join(names, ", ")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
@@ -72,7 +72,7 @@ func sessionReplicas(tb testing.TB, w *servedWarden) map[string]int {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var sr agent.SessionsResponse
+	var sr adminapi.SessionsResponse
 	if err := json.NewDecoder(resp.Body).Decode(&sr); err != nil {
 		tb.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -41,9 +41,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mustServeBinary builds the real lmwarden binary once per test run.
+// mustServeBinary builds the real lmwarden binary once per test run
+// (LMWARDEN_SERVE_BIN names one built already: `make kernels` runs these
+// tests in VMs that have no Go toolchain).
 func mustServeBinary(tb testing.TB) string {
 	tb.Helper()
+	if bin := os.Getenv("LMWARDEN_SERVE_BIN"); bin != "" {
+		return bin
+	}
 	serveBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "lmwarden-serve-test")
 		if err != nil {
@@ -136,7 +141,7 @@ func (w *servedWarden) logText() string {
 }
 
 // models reads GET /api/v1/models.
-func (w *servedWarden) models(tb testing.TB) []agent.ModelStatus {
+func (w *servedWarden) models(tb testing.TB) []adminapi.ModelStatus {
 	tb.Helper()
 	resp, err := http.Get("http://" + w.admin + "/api/v1/models")
 	if err != nil {
@@ -144,9 +149,9 @@ func (w *servedWarden) models(tb testing.TB) []agent.ModelStatus {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var ms []agent.ModelStatus
+	var ms []adminapi.ModelStatus
 	if err := json.Unmarshal(body, &ms); err != nil {
-		var wrapped struct{ Models []agent.ModelStatus }
+		var wrapped struct{ Models []adminapi.ModelStatus }
 		if err2 := json.Unmarshal(body, &wrapped); err2 != nil {
 			tb.Fatalf("models JSON: %v: %s", err, body)
 		}

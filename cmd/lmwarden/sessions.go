@@ -11,7 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func init() {
@@ -34,7 +35,7 @@ type sessionsFlags struct {
 func runSessions(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
 	var f sessionsFlags
-	fs.StringVar(&f.admin, "admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	fs.StringVar(&f.admin, "admin", config.DefaultAdmin, "admin address of the running warden (host:port or URL)")
 	fs.StringVar(&f.model, "model", "", "list only this model's sessions")
 	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")
@@ -45,7 +46,7 @@ func runSessions(args []string, out io.Writer) error {
 	if f.limit < 0 {
 		return fmt.Errorf("%w: --limit must be >= 0", errUsage)
 	}
-	var resp agent.SessionsResponse
+	var resp adminapi.SessionsResponse
 	var err error
 	if f.fromMaps {
 		resp, err = sessionsFromMaps("", f.limit)
@@ -64,19 +65,19 @@ func runSessions(args []string, out io.Writer) error {
 	return nil
 }
 
-func sessionsFromAdmin(f sessionsFlags) (agent.SessionsResponse, error) {
+func sessionsFromAdmin(f sessionsFlags) (adminapi.SessionsResponse, error) {
 	q := url.Values{}
 	q.Set("limit", strconv.Itoa(f.limit))
 	if f.model != "" {
 		q.Set("model", f.model)
 	}
-	var resp agent.SessionsResponse
+	var resp adminapi.SessionsResponse
 	err := getAdminJSON(f.admin, "/api/v1/sessions?"+q.Encode(), &resp)
 	return resp, err
 }
 
 // printSessions writes one aligned row per session and a count line.
-func printSessions(out io.Writer, resp agent.SessionsResponse, now time.Time) {
+func printSessions(out io.Writer, resp adminapi.SessionsResponse, now time.Time) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tSESSION-HASH\tREPLICA\tTURNS\tLAST-SEEN\tIDLE")
 	for _, s := range resp.Sessions {

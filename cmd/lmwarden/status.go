@@ -15,7 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 func init() {
@@ -28,13 +29,13 @@ func init() {
 // one row per replica.
 func runStatus(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	admin := fs.String("admin", agent.DefaultAdmin, "admin address of the running warden (host:port or URL)")
+	admin := fs.String("admin", config.DefaultAdmin, "admin address of the running warden (host:port or URL)")
 	model := fs.String("model", "", "show only this model")
 	asJSON := fs.Bool("json", false, "print the admin API's JSON as is")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var resp agent.ModelsResponse
+	var resp adminapi.ModelsResponse
 	if err := getAdminJSON(*admin, "/api/v1/models", &resp); err != nil {
 		return err
 	}
@@ -53,8 +54,8 @@ func runStatus(args []string, out io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
 			Datapath *datapathStatus `json:"datapath,omitempty"`
-			agent.ModelsResponse
-		}{dp, agent.ModelsResponse{Models: models}})
+			adminapi.ModelsResponse
+		}{dp, adminapi.ModelsResponse{Models: models}})
 	}
 	if dp != nil {
 		fmt.Fprintf(out, "DATAPATH  %s (%s)\n\n", dp.Name, dp.Reason)
@@ -104,7 +105,7 @@ func datapathOf(admin string) *datapathStatus {
 	}
 }
 
-func printStatus(out io.Writer, models []agent.ModelStatus) {
+func printStatus(out io.Writer, models []adminapi.ModelStatus) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODEL\tFRONTEND\tAFFINITY\tPOLICY\tSPILL\tSTICKY\tIN-FLIGHT\tSESSIONS\tUNAFFINED\tINVALID-PINS")
 	for _, m := range models {
@@ -139,7 +140,7 @@ func printStatus(out io.Writer, models []agent.ModelStatus) {
 // printAdmission adds a table of cache-capacity admission for the models
 // on policy cost: whether requests wait now, the live load, the parked
 // requests and their waits.
-func printAdmission(tw io.Writer, models []agent.ModelStatus) {
+func printAdmission(tw io.Writer, models []adminapi.ModelStatus) {
 	header := false
 	for _, m := range models {
 		if m.Cost == nil {
@@ -166,7 +167,7 @@ func seconds(v *float64) string {
 	return fmt.Sprintf("%.1fs", *v)
 }
 
-func share(m agent.ModelStatus) string {
+func share(m adminapi.ModelStatus) string {
 	if m.Stayed+m.Moved == 0 {
 		return "-"
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/agent/placement"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -22,7 +24,7 @@ func mustAdminWarden(tb testing.TB) *agent.Warden {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.Close() })
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.ApplyFlags("127.0.0.1:18080", "127.0.0.1:0", "user", s.URLs()); err != nil {
 		tb.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func mustAdminWarden(tb testing.TB) *agent.Warden {
 	tb.Cleanup(func() { w.Close() })
 	m := w.Models()[0]
 	for i := range 3 {
-		p, err := m.Place(agent.Request{SessionID: "cli-session", Now: time.Now()})
+		p, err := m.Place(placement.Request{SessionID: "cli-session", Now: time.Now()})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -96,7 +98,7 @@ func TestStatusReportsUnreachableAdmin(t *testing.T) {
 func TestStatusShowsAdmissionForPolicyCost(t *testing.T) {
 	w := mustAdminWarden(t)
 	m := w.Models()[0]
-	if err := m.SetPolicy(agent.PolicyCost); err != nil {
+	if err := m.SetPolicy(config.PolicyCost); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -109,9 +111,9 @@ func TestStatusShowsAdmissionForPolicyCost(t *testing.T) {
 			t.Errorf("status output lacks %q:\n%s", want, text)
 		}
 	}
-	// each replica's live context over its budget: the sim's 39,088
+	// each replica's live context over its budget: the sim's 46,720
 	// tokens, or the 32,000-token prior before the first poll
-	if !strings.Contains(text, "k/39.1k") && !strings.Contains(text, "k/32.0k") {
+	if !strings.Contains(text, "k/46.7k") && !strings.Contains(text, "k/32.0k") {
 		t.Errorf("no live/budget per replica:\n%s", text)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
 // version and revision are set at build time (make build does, from git):
@@ -32,8 +32,8 @@ func init() {
 // what the Go toolchain stamped into it (module version, vcs.revision,
 // vcs.modified; `go build` inside a git checkout stamps them, `go run`
 // and `go test` do not).
-func buildInfo() agent.BuildInfo {
-	b := agent.BuildInfo{Version: version, Revision: revision, GoVersion: runtime.Version()}
+func buildInfo() adminapi.BuildInfo {
+	b := adminapi.BuildInfo{Version: version, Revision: revision, GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if ok && b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		b.Version = bi.Main.Version
@@ -59,7 +59,7 @@ func buildInfo() agent.BuildInfo {
 }
 
 // versionLine is what --version prints: lmwarden VERSION (REVISION, GO OS/ARCH).
-func versionLine(b agent.BuildInfo) string {
+func versionLine(b adminapi.BuildInfo) string {
 	rev := b.Revision
 	if rev == "" {
 		rev = "revision unknown"

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/picker"
 )
 
@@ -247,7 +248,7 @@ func TestWardenDaemonSet(t *testing.T) {
 	if _, err := agent.LoadAdminToken(placeholder); err == nil || !strings.Contains(err.Error(), "placeholder") {
 		t.Errorf("the warden takes the Secret's placeholder admin token: %v", err)
 	}
-	cfg, err := agent.ParseConfig([]byte(strings.ReplaceAll(text, inFile, filepath.Join(tmp, "hash-key"))))
+	cfg, err := config.ParseConfig([]byte(strings.ReplaceAll(text, inFile, filepath.Join(tmp, "hash-key"))))
 	if err != nil {
 		t.Fatalf("the warden refuses its config: %v", err)
 	}

@@ -1,8 +1,9 @@
 package datapath
 
 import (
-	"github.com/lmwarden/lmwarden/l7/http1"
 	"time"
+
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // Exchange is one request and its response as the datapath sees them. The

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+
 	"github.com/lmwarden/lmwarden/l7/http1"
 )
 

@@ -2,11 +2,12 @@ package datapath
 
 import (
 	"errors"
-	"github.com/lmwarden/lmwarden/l7/http1"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/lmwarden/l7/http1"
 )
 
 // UserPath is the userspace Datapath: bodies are copied with io.CopyN

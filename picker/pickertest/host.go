@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
@@ -68,7 +69,7 @@ func StartHost(tb testing.TB, hc HostConfig) *Host {
 		}
 		tb.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.HashKey = hc.HashKey
 	if err := cfg.ApplyFlags(ln.Addr().String(), "127.0.0.1:0", "user", urls); err != nil {

@@ -1,0 +1,48 @@
+package adminapi
+
+import (
+	"errors"
+	"time"
+)
+
+// ModelsResponse is the body of GET /api/v1/models.
+type ModelsResponse struct {
+	Models []ModelStatus `json:"models"`
+}
+
+// SessionsResponse is the body of GET /api/v1/sessions.
+type SessionsResponse struct {
+	// Total is the number of live sessions over the listed models; Sessions
+	// holds at most limit of them.
+	Total    int           `json:"total"`
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+// AffinityRequest is the body of PUT /api/v1/models/{name}/affinity.
+type AffinityRequest struct {
+	Affinity *bool `json:"affinity"`
+}
+
+// PolicyRequest is the body of PUT /api/v1/models/{name}/policy.
+type PolicyRequest struct {
+	Policy string `json:"policy"`
+}
+
+// SessionInfo is one live session as the admin API shows it: the keyed hash
+// only, never the raw id.
+type SessionInfo struct {
+	Model    string    `json:"model"`
+	Hash     string    `json:"hash"` // 16 hex digits
+	Replica  int       `json:"replica"`
+	LastSeen time.Time `json:"last_seen"`
+	Turns    uint32    `json:"turns"`
+	// Active: a request within the last ActiveWindow (counts toward load).
+	Active bool `json:"active"`
+}
+
+// ErrUnknownModel: no model has that name (admin API: 404).
+var ErrUnknownModel = errors.New("unknown model")
+
+// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
+// means no bound).
+const DefaultSessionsLimit = 10000
