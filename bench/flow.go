@@ -45,7 +45,7 @@ type flowSend struct {
 	// at hand and Messages does not hold it (virtual runs without a
 	// session header key the conversation by it; bench/virtual_key.go).
 	Held []byte
-	tag   any // the flow's own bookkeeping
+	tag  any // the flow's own bookkeeping
 }
 
 // flowAnswer is what a runner saw of a request.

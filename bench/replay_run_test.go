@@ -13,12 +13,19 @@ import (
 // replayVirtual replays a generated trace on two A4000 replicas.
 func replayVirtual(t *testing.T, tr *Trace, policies string, noHeader bool, tracer Tracer, speeds ...float64) *Report {
 	t.Helper()
-	rep, err := RunVirtual(context.Background(), VirtualConfig{
+	return replayVirtualWith(t, tr, policies, func(c *VirtualConfig) { c.NoSessionHeader, c.Trace = noHeader, tracer }, speeds...)
+}
+
+func replayVirtualWith(t *testing.T, tr *Trace, policies string, mutate func(*VirtualConfig), speeds ...float64) *Report {
+	t.Helper()
+	cfg := VirtualConfig{
 		Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 2, Steps: ReplaySpeeds(speeds...),
-		Arms: mustArms(t, policies), Seed: 4, FreshReplicas: true, Trace: tracer,
-		Replay: &ReplayConfig{Trace: tr}, NoSessionHeader: noHeader,
+		Arms: mustArms(t, policies), Seed: 4, FreshReplicas: true,
+		Replay:         &ReplayConfig{Trace: tr},
 		SpillThreshold: config.SpillThreshold{N: 64}, // pins hold: these small cards are busy
-	})
+	}
+	mutate(&cfg)
+	rep, err := RunVirtual(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,19 +81,23 @@ func TestVirtualReplaySendsEveryTurnAfterTheOneBefore(t *testing.T) {
 	}
 }
 
-func TestVirtualReplayWithoutSessionHeadersLosesThePins(t *testing.T) {
+// Without session headers the conversations are keyed by their bodies'
+// start as the shim keys them; with that off too, every request is placed
+// as new.
+func TestVirtualReplayWithoutSessionHeadersKeysByTheBody(t *testing.T) {
 	text, _ := genTrace(6, 20, 4, 3*time.Second, 512)
 	tr := mustTrace(t, text, 512)
 	with := replayVirtual(t, tr, "sticky", false, nil, 2).Results[0]
 	rep := replayVirtual(t, tr, "sticky", true, nil, 2)
 	without := rep.Results[0]
-	t.Logf("stayed with a header %.2f, without %.2f; hit %.3f / %.3f", with.Stayed, without.Stayed, with.HitRate, without.HitRate)
+	unkeyed := replayVirtualWith(t, tr, "sticky", func(c *VirtualConfig) { c.NoSessionHeader, c.NoBodyKey = true, true }, 2).Results[0]
+	t.Logf("stayed with a header %.2f, keyed by the body %.2f, unkeyed %.2f; hit %.3f / %.3f / %.3f",
+		with.Stayed, without.Stayed, unkeyed.Stayed, with.HitRate, without.HitRate, unkeyed.HitRate)
 	if rep.Replay.SessionHeader || without.Requests != len(tr.Rows) {
 		t.Fatalf("replay %+v, %d requests", rep.Replay, without.Requests)
 	}
-	// the placement sees no session: sticky places every request as new
-	if !(with.Stayed > 0.99) || !(without.Stayed < with.Stayed) {
-		t.Fatalf("stayed %.2f with a session header, %.2f without", with.Stayed, without.Stayed)
+	if !(with.Stayed > 0.99) || !(without.Stayed > 0.99) || !(unkeyed.Stayed < with.Stayed) {
+		t.Fatalf("stayed %.2f with a session header, %.2f keyed by the body, %.2f unkeyed", with.Stayed, without.Stayed, unkeyed.Stayed)
 	}
 }
 

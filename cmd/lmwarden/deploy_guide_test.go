@@ -108,7 +108,7 @@ exec %[1]q sim --shape ranks --replicas "$size" --listen "$host:$port" --model "
 	for _, want := range []string{
 		"lmwarden.yaml: ok: datapath auto, admin 127.0.0.1:9100, 1 model(s)",
 		"qwen3-4b: frontend 127.0.0.1:8000, endpoint http://127.0.0.1:8000, 4 ranks",
-		"1 of 1 live sessions",
+		"2 of 2 live sessions (conversations: 1 main, 0 subagents, 1 keyed by the body)",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
