@@ -68,7 +68,7 @@ func (r *realRun) flowWindow(ctx context.Context, plan flowPlan, step Step, arm 
 	if plan.untilDone {
 		seconds = ws.since(last)
 	}
-	return ws.window.result(step, arm.Name, seconds, 0), nil
+	return ws.window.result(step, arm.Name, seconds, plan.sysTokens), nil
 }
 
 // flowRunner sends a window's flows.
@@ -116,12 +116,12 @@ func (fr *flowRunner) play(f flow) bool {
 			continue // the window closed: collect what is still out
 		}
 		next := f.Answered(rep.s, rep.a, now())
-		if rep.s.Last {
-			ws.mu.Lock()
-			ws.live.end(rep.s.Conv)
-			ws.mu.Unlock()
-			delete(convs, rep.s.Conv)
+		ws.mu.Lock()
+		for _, c := range f.Ended() {
+			ws.live.end(c)
+			delete(convs, c)
 		}
+		ws.mu.Unlock()
 		schedule(next)
 	}
 	ws.mu.Lock()

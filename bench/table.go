@@ -44,6 +44,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.writeTables(&b, columns)
 		b.WriteString("\n" + taskTableCaption + "\n\n")
 		r.writeTables(&b, r.taskColumns())
+		r.writeClaudeCode(&b)
 	}
 	for _, n := range r.StepNotes {
 		fmt.Fprintf(&b, "- load %s\n", n)
@@ -148,7 +149,7 @@ func (r *Report) workloadPhrase() string {
 	if len(r.Steps) > 0 && r.Steps[0].Open() {
 		s += ", sessions arriving at random (Poisson)"
 	}
-	if r.Workload == LongShape.Name && r.MaxContext > 0 {
+	if (r.Workload == LongShape.Name || r.Workload == ClaudeCodeShape.Name) && r.MaxContext > 0 {
 		s += fmt.Sprintf(", compaction near a %d-token context", r.MaxContext)
 	}
 	return s
@@ -252,4 +253,21 @@ func fmtQueues(run, wait []Num) string {
 		parts[i] = fmt.Sprintf("%.1f+%.1f", float64(run[i]), float64(wait[i]))
 	}
 	return strings.Join(parts, "/")
+}
+
+// writeClaudeCode prints what the Claude Code workload sent in the report's
+// longest window beside the published figures (report.json has every
+// window's).
+func (r *Report) writeClaudeCode(b *strings.Builder) {
+	var best *Result
+	for i, x := range r.Results {
+		if x.ClaudeCode != nil && (best == nil || x.Requests > best.Requests) {
+			best = &r.Results[i]
+		}
+	}
+	if best == nil {
+		return
+	}
+	fmt.Fprintf(b, "\nThe Claude Code workload as sent (%s, %s; warm-up included), beside the published figures:\n\n", best.phrase(), best.Arm)
+	best.ClaudeCode.writeTable(b)
 }

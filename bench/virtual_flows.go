@@ -26,7 +26,7 @@ const replayCap = 48 * time.Hour
 // until every flow is done (the window's seconds then run to the last
 // answer).
 func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, arm Arm) (Result, error) {
-	a, err := w.openWindow(step, arm)
+	a, err := w.openWindow(step, arm, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -49,7 +49,7 @@ func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, a
 	if plan.untilDone {
 		seconds = l.last.Sub(a.start).Seconds()
 	}
-	return a.close(seconds, 0), nil
+	return a.close(seconds, plan.sysTokens, false), nil
 }
 
 // offset is t as a flow's time: from the window's first start.
@@ -176,9 +176,9 @@ func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p placement.Plac
 		}
 	}
 	next := f.Answered(s, ans, l.offset(at))
-	if s.Last {
-		w.live.end(s.Conv)
-		delete(l.convs[f], s.Conv)
+	for _, c := range f.Ended() {
+		w.live.end(c)
+		delete(l.convs[f], c)
 	}
 	l.schedule(f, next)
 }
