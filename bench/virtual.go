@@ -95,18 +95,27 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
+	err = playWindows(cfg, rep, wall, func(world *virtualWorld, variant uint64, step Step, arm Arm) (Result, error) {
+		world.perSession = perSession
+		return world.runArm(ctx, w, variant, step, arm)
+	})
+	return rep, err
+}
+
+// playWindows plays every step and arm of a run with play (each on the
+// replicas worldSource hands it), appends the results to rep and closes it.
+func playWindows(cfg VirtualConfig, rep *Report, wall time.Time, play func(*virtualWorld, uint64, Step, Arm) (Result, error)) error {
 	worlds := worldSource{cfg: cfg}
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
 			world, err := worlds.next()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			cfg.Progress.Begin(step, arm.Name)
-			world.perSession = perSession
-			res, err := world.runArm(ctx, w, textVariant(si, ai), step, arm)
+			res, err := play(world, textVariant(si, ai), step, arm)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			rep.Results = append(rep.Results, res)
 			cfg.Progress.End(summary(res))
@@ -114,7 +123,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	}
 	cfg.Progress.Finish()
 	rep.WallSeconds = time.Since(wall).Seconds()
-	return rep, nil
+	return nil
 }
 
 // worldSource hands each window its replicas and placement: new ones for
