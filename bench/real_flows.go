@@ -19,13 +19,15 @@ import (
 // for a replay, until every flow is done.
 func (r *realRun) flowWindow(ctx context.Context, plan flowPlan, step Step, arm Arm, perSession float64) (Result, error) {
 	ws := r.openWindow(ctx, perSession)
-	wctx, cancel := context.WithCancel(ctx)
-	total := time.Duration(0)
-	if !plan.untilDone {
+	var wctx context.Context
+	var cancel context.CancelFunc
+	var total time.Duration
+	if plan.untilDone {
+		total = r.scaled(plan.span) // nominal, for the progress shown
+		wctx, cancel = context.WithCancel(ctx)
+	} else {
 		total = r.scaled(r.cfg.Warmup + r.cfg.Duration)
 		wctx, cancel = context.WithTimeout(ctx, total)
-	} else if plan.span > 0 {
-		total = r.scaled(plan.span) // nominal, for the progress shown
 	}
 	defer cancel()
 	pollCtx, stopPoll := context.WithCancel(wctx)
@@ -66,7 +68,7 @@ func (r *realRun) flowWindow(ctx context.Context, plan flowPlan, step Step, arm 
 	r.closeWindow(ctx, ws)
 	seconds := r.cfg.Duration.Seconds()
 	if plan.untilDone {
-		seconds = ws.since(last)
+		seconds = max(0, ws.since(last))
 	}
 	return ws.window.result(step, arm.Name, seconds, plan.sysTokens), nil
 }

@@ -63,14 +63,12 @@ func (r *Report) caption() string {
 	for _, a := range r.Arms {
 		parts = append(parts, fmt.Sprintf("%s = %s", a, r.ArmPolicies[a]))
 	}
-	timing := "wall-clock times"
-	if r.Mode == "virtual" {
-		timing = "simulated times (virtual clock)"
-	} else if r.Speed > 1 {
-		timing = fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
-	}
+	timing := r.timing()
 	if r.PollSeconds > 0 {
 		timing += fmt.Sprintf(", replica stats reach the placement every %gs", r.PollSeconds)
+	}
+	if r.SpillThreshold != "" {
+		timing += ", spill threshold " + r.SpillThreshold
 	}
 	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d%s; %s; %s; "+
 		"TTFT = first streamed token at the client, %s; workload ideal hit rate %s.",
@@ -270,4 +268,15 @@ func (r *Report) writeClaudeCode(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nThe Claude Code workload as sent (%s, %s; warm-up included), beside the published figures:\n\n", best.phrase(), best.Arm)
 	best.ClaudeCode.writeTable(b)
+}
+
+// timing says whose clock the report's times are.
+func (r *Report) timing() string {
+	switch {
+	case r.Mode == "virtual":
+		return "simulated times (virtual clock)"
+	case r.Speed > 1:
+		return fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
+	}
+	return "wall-clock times"
 }

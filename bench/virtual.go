@@ -94,25 +94,34 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),
 		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(w.sampleSize(), cfg.MaxContext)),
 		PercentileMethod: PercentileMethod, Started: wall.UTC(), Workload: w.Shape.Name, MaxContext: cfg.MaxContext,
-		StepNotes: notes,
+		StepNotes: notes, SpillThreshold: cfg.spill(),
 	}
 	perSession := w.meanRequests(cfg.MaxContext)
 	for _, a := range cfg.Arms {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
+	err = playWindows(cfg, rep, wall, func(world *virtualWorld, variant uint64, step Step, arm Arm) (Result, error) {
+		world.perSession = perSession
+		return world.runArm(ctx, w, variant, step, arm)
+	})
+	return rep, err
+}
+
+// playWindows plays every step and arm of a run with play (each on the
+// replicas worldSource hands it), appends the results to rep and closes it.
+func playWindows(cfg VirtualConfig, rep *Report, wall time.Time, play func(*virtualWorld, uint64, Step, Arm) (Result, error)) error {
 	worlds := worldSource{cfg: cfg}
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
 			world, err := worlds.next()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			cfg.Progress.Begin(step, arm.Name)
-			world.perSession = perSession
-			res, err := world.runArm(ctx, w, textVariant(si, ai), step, arm)
+			res, err := play(world, textVariant(si, ai), step, arm)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			rep.Results = append(rep.Results, res)
 			cfg.Progress.End(summary(res))
@@ -120,7 +129,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	}
 	cfg.Progress.Finish()
 	rep.WallSeconds = time.Since(wall).Seconds()
-	return rep, nil
+	return nil
 }
 
 // worldSource hands each window its replicas and placement: new ones for
@@ -384,4 +393,12 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// spill names the spill threshold the run set ("": the warden's default).
+func (cfg *VirtualConfig) spill() string {
+	if cfg.SpillThreshold.Auto || cfg.SpillThreshold.N > 0 {
+		return cfg.SpillThreshold.String()
+	}
+	return ""
 }

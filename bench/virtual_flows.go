@@ -47,7 +47,10 @@ func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, a
 	}
 	seconds := w.cfg.Duration.Seconds()
 	if plan.untilDone {
-		seconds = l.last.Sub(a.start).Seconds()
+		seconds = 0
+		if !l.last.IsZero() {
+			seconds = l.last.Sub(a.start).Seconds()
+		}
 	}
 	return a.close(seconds, plan.sysTokens, false), nil
 }
@@ -114,15 +117,23 @@ func (l *flowLoop) send(f flow, s *flowSend) {
 	if bytes <= 0 {
 		bytes = bodyBytes(s.System, s.Messages)
 	}
-	req := placement.Request{PromptBytes: bytes, Now: sent}
-	w.keyRequest(&req, s)
-	w.admit(req, s.Turn,
-		func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, p, err) })
+	// the request reaches the front end over the clients' network
+	// (network.go), as the session workloads' do
+	w.v.At(sent.Add(w.net.upload(bytes)), func() {
+		if !a.open {
+			return
+		}
+		arrived := w.v.Now()
+		req := placement.Request{PromptBytes: bytes, Now: arrived}
+		w.keyRequest(&req, s)
+		w.admit(req, s.Turn,
+			func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, arrived, p, err) })
+	})
 }
 
-func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, p placement.Placement, err error) {
+func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent, arrived time.Time, p placement.Placement, err error) {
 	a, w := l.a, l.a.w
-	parked := w.v.Now().Sub(sent).Seconds()
+	parked := w.v.Now().Sub(arrived).Seconds()
 	if parked > 0 {
 		a.rec.tasks.parkedFor(parked, false)
 	}
@@ -138,10 +149,11 @@ func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, 
 	a.inFlight[id] = flight{replica: p.Replica, place: p}
 	w.v.Submit(p.Replica, &sim.Request{
 		ID: id, Prompt: prompt, MaxTokens: s.MaxTokens,
-		OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
-		OnDone: func(at time.Time, r sim.Result) {
+		OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
+		OnDone: func(served time.Time, r sim.Result) {
+			at := served.Add(w.net.down()) // the last token at the client
 			delete(a.inFlight, id)
-			w.model.Done(p, at)
+			w.model.Done(p, served)
 			w.wakeParked()
 			if !a.open {
 				a.rec.cut++

@@ -270,7 +270,7 @@ initramfs() {
 # serial console is the only output.
 boot() {
 	local x=$1 img=$2 log=$3 vmlinuz
-	vmlinuz=$(ls "$x"/boot/vmlinuz-* "$x"/usr/lib/modules/*/vmlinuz 2>/dev/null | head -1)
+	vmlinuz=$(ls "$x"/boot/vmlinuz-* "$x"/usr/lib/modules/*/vmlinuz 2>/dev/null | head -1 || true)
 	timeout --foreground -k 10 "$VMTIMEOUT" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi \
 		-cpu max,-la57,-cx16 -smp "$SMP" -m "$MEM" -nographic -no-reboot \
 		-kernel "$vmlinuz" -initrd "$img" -nic none \
