@@ -23,6 +23,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
+	if !s.bodyInHand(client, h, start) {
+		return false
+	}
 	// A body that has not arrived whole with its head does not steer
 	// placement until it has (placement.Request.BodyPending).
 	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
@@ -31,6 +34,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		PinnedHeader: key.PinnedHeader,
 		PromptBytes:  key.PromptBytes,
 		BodyPending:  bodyPending,
+		NonInference: !isInference(h),
 		Source:       remoteAddr(client.TCPConn),
 		Now:          start,
 	})
@@ -38,6 +42,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	var parked time.Duration
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
+			s.stats.countAbandoned(abandonedParked)
 			return false
 		}
 		parked = time.Since(start)
@@ -73,7 +78,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	client.Mark("conn")
 	x := &exchange{
 		Exchange: datapath.Exchange{Model: s.placer.Name(), Replica: p.Replica, Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout},
-		parked:   parked, began: start,
+		parked:   parked, began: start, sessionHash: p.SessionHash,
 	}
 	x.setUpstream(up)
 	s.trackExchange(x, true)
@@ -138,6 +143,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 func (s *Shim) failed(x *exchange, p placement.Placement, status int, start time.Time, err error) {
 	client, h := x.Client, x.Request
 	gone := errors.Is(err, errClientGone)
+	if gone {
+		s.stats.countAbandoned(stageOf(err))
+	}
 	evented := false
 	switch {
 	case status != 0:
@@ -325,6 +333,11 @@ func (s *Shim) relay(x *exchange, p *placement.Placement, reused bool) (int, err
 		}
 		if x.aborted() == abortBody || !time.Now().Before(x.BodyDeadline) {
 			return 408, err // the client's body did not come in time
+		}
+		if peerGone(client, true) || (errors.Is(err, io.ErrUnexpectedEOF) && peerGone(client, false)) {
+			// The client closed (or reset) before its whole body came:
+			// its leaving, not the replica's failure.
+			return 0, fmt.Errorf("%w: %w: %w", errClientGone, errBodyAbandoned, err)
 		}
 		if !s.answeredEarly(x, armed) {
 			return 502, err
@@ -558,6 +571,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	}
 	o.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
+		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
 	}, end)
 }
 

@@ -128,23 +128,30 @@ func (m *Model) Place(r Request) (Placement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.placingBodyPending = r.BodyPending
-	defer func() { m.placingBodyPending = false }()
+	m.placingTokens = -1
+	defer func() { m.placingBodyPending, m.placingTokens = false, -1 }()
 	now := r.Now.UnixNano()
 	m.sessions.sweep(now, sweepPerPlace)
-	if r.PromptBytes > 0 {
+	if r.PromptBytes > 0 && !r.NonInference {
 		tokens := m.promptTokens(r)
 		if m.meanPromptTokens == 0 {
 			m.meanPromptTokens = tokens
 		} else {
 			m.meanPromptTokens += (tokens - m.meanPromptTokens) / 16
 		}
+		if !r.BodyPending {
+			m.placingTokens = int64(tokens)
+		}
 	}
 	var h uint64
 	pos := -1
-	if r.SessionID != "" {
+	switch {
+	case r.NonInference:
+		r.SessionID = "" // placed as if it had none, and not counted unaffined
+	case r.SessionID != "":
 		h = m.hasher.Hash(r.SessionID)
 		pos = m.sessions.lookup(h, now)
-	} else {
+	default:
 		m.unaffined++ // whatever decides, a request without a session id is unaffined
 	}
 
@@ -208,7 +215,7 @@ func (m *Model) countStay(pos, i int) {
 // position pos (-1: none) active, and builds the Placement.
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
-		m.sessions.turn(pos, now)
+		m.sessions.turn(pos, now, m.placingTokens)
 	}
 	r := &m.reps[i]
 	if m.placingBodyPending {

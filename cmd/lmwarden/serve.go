@@ -44,6 +44,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	hup := newReloader(log) // from now on SIGHUP reloads instead of killing (reload.go)
 
 	cfg, err := serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
 	if err != nil {
@@ -103,11 +104,17 @@ func runServe(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var reload func() (*config.Config, error)
+	if *configFile != "" {
+		reload = func() (*config.Config, error) {
+			return serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
+		}
+	}
+	hup.start(ctx, w, reload)
 
 	// Frontends first: a port that is taken fails the start before anything runs.
 	upstreams := dp.upstreams()
-	limits := l7.NewConnLimits(maxConnections(cfg.MaxConnections, nofile), cfg.MaxConnectionsPerClient)
-	log.Info("connection bounds", "max_connections", limits.Max(), "max_connections_per_client", limits.PerClient())
+	limits := connLimits(cfg, nofile, log)
 	var shims []*l7.Shim
 	serveErr := make(chan error, len(w.Models()))
 	closeShims := func() {
