@@ -14,7 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/lmwarden/lmwarden/bpf"
+	"github.com/lmwarden/lmwarden/maps"
 )
 
 // TestSessionReadsAreBounded: with 100,000 sessions in the table, any
@@ -146,10 +146,10 @@ func fillSessions(tb testing.TB, dir string, n int) {
 	defer m.Close()
 	now := time.Now()
 	keys := make([]uint64, n)
-	vals := make([]bpf.LmwardenSession, n)
+	vals := make([]maps.Session, n)
 	for i := range n {
 		keys[i] = uint64(i+1) * 0x9E3779B97F4A7C15
-		vals[i] = bpf.LmwardenSession{Replica: uint32(i % 2), LastSeenNs: uint64(now.Add(-time.Duration(i) * time.Millisecond).UnixNano())}
+		vals[i] = maps.Session{Replica: uint32(i % 2), LastSeenNs: uint64(now.Add(-time.Duration(i) * time.Millisecond).UnixNano())}
 	}
 	if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
 		tb.Fatal(err)

@@ -138,6 +138,11 @@ type ModelConfig struct {
 	// least goes, weighed by the tokens of its latest served turn and by
 	// how long ago (agent/placement/evict.go).
 	MaxSessions int `yaml:"max_sessions"`
+	// FrontendTakeover lets the kernel datapath serve the frontend even
+	// when a process other than the model's replicas listens on its port
+	// (that process then gets no new connections). Without it serve
+	// refuses such a frontend at start, naming the process.
+	FrontendTakeover bool `yaml:"frontend_takeover"`
 }
 
 // OneEndpoint reports whether the model uses deployment shape 2.
