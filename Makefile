@@ -10,7 +10,7 @@ PKGS    := ./...
 # The whole suite, BPF tests included, must fit CI's 90 minutes with room.
 TESTTIMEOUT ?= 30m
 
-.PHONY: all build install test soak check generate bench demo deps clean
+.PHONY: all build install test soak check generate bench demo deps clean kernels
 
 all: build
 
@@ -54,6 +54,15 @@ test: deps check
 # sockets from one client; minutes. The short version runs in make test.
 soak: deps
 	LMWARDEN_SOAK=1 $(GO) test -count=1 -timeout 60m -v ./faults/
+
+# kernels runs the kernel datapaths' tests in QEMU VMs, one per Debian
+# kernel (6.1, 6.12, newer: docs/kernel.md, "Kernels tested"), and prints
+# a table of what each kernel runs and passes. It installs QEMU and
+# busybox when missing and downloads the kernels through an apt state of
+# its own under out/kernels; about an hour on a 2-core machine, so not
+# part of test. KERNEL_SUITES, KERNEL_PKGS, KERNEL_TESTS: see the script.
+kernels:
+	bash scripts/kernels/run.sh
 
 # generate rebuilds the bpf2go output (needs clang); the output is committed,
 # so `go build` never needs clang.

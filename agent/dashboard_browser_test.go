@@ -69,8 +69,8 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		defer setPolicy(config.PolicySticky)
 		card := waitCardMatchesAPI(t, ctx, env)
 		t.Logf("admission pill %q, replica 0 live context %q", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
-		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 39.1k") {
-			t.Errorf("admission pill %q, live context %q: want auto (not engaged) and the 39,088-token budget", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
+		if card.Pills["admission"].Text != "Admission auto" || !strings.HasSuffix(card.Rows[0]["live_context"].Text, " / 46.7k") {
+			t.Errorf("admission pill %q, live context %q: want auto (not engaged) and the 46,720-token budget", card.Pills["admission"].Text, card.Rows[0]["live_context"].Text)
 		}
 	})
 

@@ -121,6 +121,13 @@ func (c *Conversation) Compactions() int { return c.compact.compactions }
 // checkContext refuses a model context that a workload whose sessions
 // compact cannot run in (limit: tokens; 0 unknown).
 func (w *Workload) checkContext(limit int) error {
+	if w.Shape.claudeCode {
+		if limit < ccMinContext {
+			return fmt.Errorf("%w: workload %s needs a model context of at least %d tokens (its sessions start at about 25K and grow to hundreds of thousands), not %d: use a profile such as h200-qwen3-4b or give --max-context",
+				ErrBadConfig, w.Shape.Name, ccMinContext, limit)
+		}
+		return nil
+	}
 	if !w.compacts() || limit >= MinCompactionContext {
 		return nil
 	}
@@ -131,4 +138,4 @@ func (w *Workload) checkContext(limit int) error {
 }
 
 // compacts says whether the workload's sessions compact near the context.
-func (w *Workload) compacts() bool { return w.plan(0).Summaries != nil }
+func (w *Workload) compacts() bool { return w.Shape.claudeCode || w.plan(0).Summaries != nil }

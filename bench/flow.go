@@ -37,13 +37,11 @@ type flowSend struct {
 	// (the workload's ideal hit rate), when the flow knows.
 	Reused     int
 	Compaction bool
-	// Last: its conversation's last request (the conversation's live
-	// context ends with its answer).
-	Last bool
-	Turn int // its conversation's turn, for the trace
+	Turn       int // its conversation's turn, for the trace
 	// Bytes is the request body's size the placement is told (the shim
 	// knows it from Content-Length); 0: estimated from the messages.
 	Bytes int64
+	tag   any // the flow's own bookkeeping
 }
 
 // flowAnswer is what a runner saw of a request.
@@ -64,6 +62,9 @@ type flow interface {
 	// Answered hands a request's answer back (a failure too: Err set) and
 	// returns what to send next.
 	Answered(s *flowSend, a flowAnswer, now time.Duration) []flowSend
+	// Ended returns the conversations that ended since it was last
+	// called (their live context ends).
+	Ended() []string
 	// Done says the task has nothing left to send or wait for; Failed,
 	// that a failure ended it.
 	Done() bool
@@ -81,6 +82,9 @@ type flowPlan struct {
 	// request were slow (for progress).
 	untilDone bool
 	span      time.Duration
+	// sysTokens are the system prefixes every conversation shares,
+	// computed once a replica in the ideal hit rate.
+	sysTokens int
 }
 
 type flowStart struct {

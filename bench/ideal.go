@@ -46,6 +46,9 @@ func (w *Workload) SystemSectionTokens() int {
 // model's context; 0: never), the system prompt already cached everywhere.
 // It is the reference line of the hit-rate plot.
 func (w *Workload) IdealHitRate(n, limit int) float64 {
+	if w.Shape.claudeCode {
+		return w.ccIdeal(n, limit)
+	}
 	var turns []TurnTokens
 	sys := w.SystemSectionTokens()
 	for i := range n {

@@ -49,6 +49,9 @@ type LoadEstimate struct {
 // EstimateLoad sizes a load for the workload on replicas of profile p,
 // compacting at limit (the model's context; 0: never).
 func EstimateLoad(w *Workload, p sim.Profile, replicas, limit int, load float64) LoadEstimate {
+	if w.Shape.claudeCode {
+		return w.ccEstimateLoad(p, replicas, limit, load)
+	}
 	cache := float64(replicas * p.NumBlocks() * p.BlockSize)
 	est := LoadEstimate{Load: load, CacheTokens: cache}
 	plans := make([]sessionPlan, w.sampleSize())
@@ -113,6 +116,9 @@ func repeatChunk(c sim.Chunk, n int) []sim.Chunk {
 // rate, load, requests a session) draw: a heavy tail needs many, and a
 // shape with a plan draws sizes without text.
 func (w *Workload) sampleSize() int {
+	if w.Shape.claudeCode {
+		return ccPaperSessions
+	}
 	if w.Shape.plan != nil {
 		return 4096
 	}
@@ -122,6 +128,9 @@ func (w *Workload) sampleSize() int {
 // meanRequests is the mean number of requests a session sends, compaction
 // requests included, at limit.
 func (w *Workload) meanRequests(limit int) float64 {
+	if w.Shape.claudeCode {
+		return w.ccMeanRequests(limit)
+	}
 	n := w.sampleSize()
 	var requests int
 	for i := range n {

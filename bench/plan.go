@@ -40,6 +40,9 @@ type playedRequest struct {
 	Output  int  // tokens generated (the request's max_tokens)
 	Uncache int  // Prompt - Reused: what an ideal cache computes
 	First   bool // the session's first request
+	// Fresh: its history starts over (the first request, or after a
+	// compaction); Compaction: it asks for the summary.
+	Fresh, Compaction bool
 	// Pause is the client's wait before the request.
 	Pause time.Duration
 }
@@ -58,7 +61,7 @@ func (p sessionPlan) play(sysSection, limit int, fn func(playedRequest)) {
 			// history + the compaction instruction; its reply is the summary
 			prompt := held + 2 + messageTokens(compactionInstructionTokens)
 			out := p.Summaries[compacted]
-			fn(playedRequest{Prompt: prompt, Reused: held, Output: out, Uncache: prompt - held, Pause: p.Pauses[turn]})
+			fn(playedRequest{Prompt: prompt, Reused: held, Output: out, Uncache: prompt - held, Pause: p.Pauses[turn], Compaction: true})
 			compacted++
 			pending = sim.TokenCount(summaryIntro) + out + sim.TokenCount(summarySeparator)
 			fresh = true
@@ -66,6 +69,7 @@ func (p sessionPlan) play(sysSection, limit int, fn func(playedRequest)) {
 			continue
 		}
 		var prompt, reused int
+		wasFresh := fresh
 		if fresh {
 			prompt = sysSection + messageTokens(pending+p.Users[turn]) + 1
 			reused = sysSection
@@ -76,7 +80,7 @@ func (p sessionPlan) play(sysSection, limit int, fn func(playedRequest)) {
 		}
 		out := p.MaxTokens[turn]
 		fn(playedRequest{Prompt: prompt, Reused: reused, Output: out, Uncache: prompt - reused,
-			First: turn == 0, Pause: p.Pauses[turn]})
+			First: turn == 0, Fresh: wasFresh, Pause: p.Pauses[turn]})
 		held = prompt + out
 		fresh = false
 		turn++

@@ -278,6 +278,14 @@ func (r *realRun) scaled(d time.Duration) time.Duration {
 // arrive in an open one; requests still in flight at its end are canceled
 // and counted as cut.
 func (r *realRun) window(ctx context.Context, variant uint64, step Step, arm Arm, perSession float64) (Result, error) {
+	if r.wl.Shape.claudeCode {
+		stats := &ccStats{}
+		plan := r.wl.ccFlows(step, ccOptions{seed: r.cfg.Seed, variant: variant, limit: r.maxContext,
+			window: r.cfg.Warmup + r.cfg.Duration, noHeader: r.cfg.NoSessionHeader, stats: stats})
+		res, err := r.flowWindow(ctx, plan, step, arm, perSession)
+		res.ClaudeCode = stats.report(r.maxContext)
+		return res, err
+	}
 	ws := r.openWindow(ctx, perSession)
 	total := r.scaled(r.cfg.Warmup + r.cfg.Duration)
 	wctx, cancel := context.WithTimeout(ctx, total)

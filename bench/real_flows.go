@@ -19,13 +19,15 @@ import (
 // for a replay, until every flow is done.
 func (r *realRun) flowWindow(ctx context.Context, plan flowPlan, step Step, arm Arm, perSession float64) (Result, error) {
 	ws := r.openWindow(ctx, perSession)
-	wctx, cancel := context.WithCancel(ctx)
-	total := time.Duration(0)
-	if !plan.untilDone {
+	var wctx context.Context
+	var cancel context.CancelFunc
+	var total time.Duration
+	if plan.untilDone {
+		total = r.scaled(plan.span) // nominal, for the progress shown
+		wctx, cancel = context.WithCancel(ctx)
+	} else {
 		total = r.scaled(r.cfg.Warmup + r.cfg.Duration)
 		wctx, cancel = context.WithTimeout(ctx, total)
-	} else if plan.span > 0 {
-		total = r.scaled(plan.span) // nominal, for the progress shown
 	}
 	defer cancel()
 	pollCtx, stopPoll := context.WithCancel(wctx)
@@ -66,9 +68,9 @@ func (r *realRun) flowWindow(ctx context.Context, plan flowPlan, step Step, arm 
 	r.closeWindow(ctx, ws)
 	seconds := r.cfg.Duration.Seconds()
 	if plan.untilDone {
-		seconds = ws.since(last)
+		seconds = max(0, ws.since(last))
 	}
-	return ws.window.result(step, arm.Name, seconds, 0), nil
+	return ws.window.result(step, arm.Name, seconds, plan.sysTokens), nil
 }
 
 // flowRunner sends a window's flows.
@@ -116,12 +118,12 @@ func (fr *flowRunner) play(f flow) bool {
 			continue // the window closed: collect what is still out
 		}
 		next := f.Answered(rep.s, rep.a, now())
-		if rep.s.Last {
-			ws.mu.Lock()
-			ws.live.end(rep.s.Conv)
-			ws.mu.Unlock()
-			delete(convs, rep.s.Conv)
+		ws.mu.Lock()
+		for _, c := range f.Ended() {
+			ws.live.end(c)
+			delete(convs, c)
 		}
+		ws.mu.Unlock()
 		schedule(next)
 	}
 	ws.mu.Lock()

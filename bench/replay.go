@@ -135,9 +135,19 @@ type replayConv struct {
 	tokens  bool // render prompts as tokens, else as text
 	next    int  // the turn to send next
 	failed  bool
+	ended   bool // Ended said so
 }
 
-func (c *replayConv) ID() string   { return c.id }
+func (c *replayConv) ID() string { return c.id }
+
+// Ended names the conversation once its last turn is answered.
+func (c *replayConv) Ended() []string {
+	if c.Done() && !c.ended {
+		c.ended = true
+		return []string{c.id}
+	}
+	return nil
+}
 func (c *replayConv) Done() bool   { return c.next >= len(c.rows) }
 func (c *replayConv) Failed() bool { return c.failed }
 
@@ -172,7 +182,7 @@ func (c *replayConv) turn(now time.Duration) flowSend {
 		at = now
 	}
 	s := flowSend{At: at, Conv: c.id, Session: c.session, MaxTokens: max(1, row.Output),
-		First: j == 0, Fresh: j == 0, Last: j == len(c.rows)-1, Turn: j,
+		First: j == 0, Fresh: j == 0, Turn: j,
 		Bytes: int64(row.Input*sim.BytesPerToken + 160)}
 	if c.tokens {
 		s.Prompt = c.text.prompt(row.HashIDs, row.Input)

@@ -106,6 +106,9 @@ type Result struct {
 
 	// Replay holds a replay step's own numbers.
 	Replay *ReplayResult `json:"replay,omitempty"`
+	// ClaudeCode is what the Claude Code workload sent in the window
+	// (warm-up included) beside the published figures.
+	ClaudeCode *CCReport `json:"claude_code,omitempty"`
 
 	Notes []string `json:"notes,omitempty"`
 }

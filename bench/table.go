@@ -44,6 +44,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.writeTables(&b, columns)
 		b.WriteString("\n" + taskTableCaption + "\n\n")
 		r.writeTables(&b, r.taskColumns())
+		r.writeClaudeCode(&b)
 	}
 	for _, n := range r.StepNotes {
 		fmt.Fprintf(&b, "- load %s\n", n)
@@ -62,12 +63,7 @@ func (r *Report) caption() string {
 	for _, a := range r.Arms {
 		parts = append(parts, fmt.Sprintf("%s = %s", a, r.ArmPolicies[a]))
 	}
-	timing := "wall-clock times"
-	if r.Mode == "virtual" {
-		timing = "simulated times (virtual clock)"
-	} else if r.Speed > 1 {
-		timing = fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
-	}
+	timing := r.timing()
 	if r.PollSeconds > 0 {
 		timing += fmt.Sprintf(", replica stats reach the placement every %gs", r.PollSeconds)
 	}
@@ -148,7 +144,7 @@ func (r *Report) workloadPhrase() string {
 	if len(r.Steps) > 0 && r.Steps[0].Open() {
 		s += ", sessions arriving at random (Poisson)"
 	}
-	if r.Workload == LongShape.Name && r.MaxContext > 0 {
+	if (r.Workload == LongShape.Name || r.Workload == ClaudeCodeShape.Name) && r.MaxContext > 0 {
 		s += fmt.Sprintf(", compaction near a %d-token context", r.MaxContext)
 	}
 	return s
@@ -252,4 +248,32 @@ func fmtQueues(run, wait []Num) string {
 		parts[i] = fmt.Sprintf("%.1f+%.1f", float64(run[i]), float64(wait[i]))
 	}
 	return strings.Join(parts, "/")
+}
+
+// writeClaudeCode prints what the Claude Code workload sent in the report's
+// longest window beside the published figures (report.json has every
+// window's).
+func (r *Report) writeClaudeCode(b *strings.Builder) {
+	var best *Result
+	for i, x := range r.Results {
+		if x.ClaudeCode != nil && (best == nil || x.Requests > best.Requests) {
+			best = &r.Results[i]
+		}
+	}
+	if best == nil {
+		return
+	}
+	fmt.Fprintf(b, "\nThe Claude Code workload as sent (%s, %s; warm-up included), beside the published figures:\n\n", best.phrase(), best.Arm)
+	best.ClaudeCode.writeTable(b)
+}
+
+// timing says whose clock the report's times are.
+func (r *Report) timing() string {
+	switch {
+	case r.Mode == "virtual":
+		return "simulated times (virtual clock)"
+	case r.Speed > 1:
+		return fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
+	}
+	return "wall-clock times"
 }

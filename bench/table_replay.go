@@ -84,12 +84,7 @@ func (r *Report) replayCaption() string {
 	for _, a := range r.Arms {
 		parts = append(parts, fmt.Sprintf("%s = %s", a, r.ArmPolicies[a]))
 	}
-	timing := "wall-clock times"
-	if r.Mode == "virtual" {
-		timing = "simulated times (virtual clock)"
-	} else if r.Speed > 1 {
-		timing = fmt.Sprintf("simulated times (replicas at %gx, client times scaled back)", r.Speed)
-	}
+	timing := r.timing()
 	return fmt.Sprintf("%s run, %d replicas%s, seed %d: replay of %s%s (%d requests in %d conversations over %s of the trace; "+
 		"blocks of %d tokens), %s; speed ×N plays N seconds of the trace a second; %s; %s; "+
 		"ideal hit rate %s with an unlimited cache, %s with one cache of the replicas' total; %s.",

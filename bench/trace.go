@@ -72,6 +72,7 @@ type TracePoll struct {
 	Waiting         int
 	KVUsage         float64
 	PromptTokens    uint64
+	PrefixQueries   uint64
 	PrefixHits      uint64
 	Preemptions     uint64
 	GenerationTotal uint64
@@ -96,7 +97,7 @@ func (t *TraceRecorder) Poll(at time.Time, replica int, s sim.Stats) {
 	}
 	w.Polls = append(w.Polls, TracePoll{
 		At: at.Sub(w.Start).Seconds(), Replica: replica, Running: s.Running, Waiting: s.Waiting,
-		KVUsage: s.KVUsage, PromptTokens: s.PromptTokens, PrefixHits: s.PrefixHits,
+		KVUsage: s.KVUsage, PromptTokens: s.PromptTokens, PrefixQueries: s.PrefixQueries, PrefixHits: s.PrefixHits,
 		Preemptions: s.Preemptions, GenerationTotal: s.GenerationTokens,
 	})
 }
@@ -137,7 +138,7 @@ func (t *TraceRecorder) Write(dir string) error {
 		return err
 	}
 	polls := [][]string{{"sessions", "arm", "t_s", "replica", "running", "waiting", "kv_usage",
-		"prompt_tokens", "prefix_hits", "preemptions", "generation_tokens"}}
+		"prompt_tokens", "prefix_queries", "prefix_hits", "preemptions", "generation_tokens"}}
 	reqs := [][]string{{"sessions", "arm", "session", "turn", "replica", "kind", "sent_s", "ttft_s",
 		"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s", "cut"}}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
@@ -146,7 +147,7 @@ func (t *TraceRecorder) Write(dir string) error {
 		for _, p := range w.Polls {
 			polls = append(polls, append(append([]string{}, head...), f(p.At), strconv.Itoa(p.Replica),
 				strconv.Itoa(p.Running), strconv.Itoa(p.Waiting), f(p.KVUsage),
-				strconv.FormatUint(p.PromptTokens, 10), strconv.FormatUint(p.PrefixHits, 10),
+				strconv.FormatUint(p.PromptTokens, 10), strconv.FormatUint(p.PrefixQueries, 10), strconv.FormatUint(p.PrefixHits, 10),
 				strconv.FormatUint(p.Preemptions, 10), strconv.FormatUint(p.GenerationTotal, 10)))
 		}
 		for _, r := range w.Requests {

@@ -95,18 +95,27 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
+	err = playWindows(cfg, rep, wall, func(world *virtualWorld, variant uint64, step Step, arm Arm) (Result, error) {
+		world.perSession = perSession
+		return world.runArm(ctx, w, variant, step, arm)
+	})
+	return rep, err
+}
+
+// playWindows plays every step and arm of a run with play (each on the
+// replicas worldSource hands it), appends the results to rep and closes it.
+func playWindows(cfg VirtualConfig, rep *Report, wall time.Time, play func(*virtualWorld, uint64, Step, Arm) (Result, error)) error {
 	worlds := worldSource{cfg: cfg}
 	for si, step := range cfg.Steps {
 		for ai, arm := range cfg.Arms {
 			world, err := worlds.next()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			cfg.Progress.Begin(step, arm.Name)
-			world.perSession = perSession
-			res, err := world.runArm(ctx, w, textVariant(si, ai), step, arm)
+			res, err := play(world, textVariant(si, ai), step, arm)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			rep.Results = append(rep.Results, res)
 			cfg.Progress.End(summary(res))
@@ -114,7 +123,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 	}
 	cfg.Progress.Finish()
 	rep.WallSeconds = time.Since(wall).Seconds()
-	return rep, nil
+	return nil
 }
 
 // worldSource hands each window its replicas and placement: new ones for
@@ -190,6 +199,8 @@ type virtualWorld struct {
 	perSession float64
 	parked     []*parkedTurn // requests waiting at the warden (virtual_admission.go)
 	nextID     uint64
+	net        clientPath   // the clients' network (network.go)
+	loop       *sessionLoop // sessions that go on into the next window (virtual_sessions.go)
 }
 
 func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
@@ -214,7 +225,8 @@ func newVirtualWorld(cfg VirtualConfig) (*virtualWorld, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: placement model: %w", err)
 	}
-	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model}
+	w := &virtualWorld{cfg: cfg, v: sim.NewVirtual(cfg.Profile, cfg.Replicas), model: model,
+		net: clientPath{rtt: cfg.Profile.ClientRTT}}
 	if err := w.setAdmission(); err != nil {
 		return nil, fmt.Errorf("bench: admission: %w", err)
 	}
@@ -288,27 +300,60 @@ type flight struct {
 }
 
 // runArm plays one window for the configured duration: step.Sessions
-// sessions in a closed loop, or sessions arriving at step.PerMin a minute;
-// then aborts whatever is still in flight.
+// sessions in a closed loop, or sessions arriving at step.PerMin a minute.
+// A closed loop on shared replicas goes on from the last window's sessions,
+// as the reference's harness did (docs/workload.md, "Sessions go on between
+// windows"); otherwise the window starts from drained replicas and aborts
+// whatever is still in flight when it closes.
 func (w *virtualWorld) runArm(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
-	a, err := w.openWindow(step, arm)
+	if wl.Shape.claudeCode {
+		return w.runClaudeCode(ctx, wl, variant, step, arm)
+	}
+	goOn := !step.Open() && !w.cfg.FreshReplicas
+	keep := goOn && w.loop != nil
+	if w.loop != nil && !keep {
+		w.loop.a.stop()
+	}
+	a, err := w.openWindow(step, arm, keep)
 	if err != nil {
 		return Result{}, err
 	}
-	l := &sessionLoop{a: a, wl: wl, variant: variant, sys: wl.SystemSectionTokens()}
+	l := w.loop
+	if !keep {
+		l = &sessionLoop{wl: wl, sys: wl.SystemSectionTokens(), began: map[string]time.Time{}}
+	}
+	l.a, l.variant = a, variant
+	w.loop = nil
+	if goOn {
+		w.loop = l
+	}
+	l.adopt(a.window.tasks)
 	if step.Open() {
 		for _, at := range arrivalTimes(w.cfg.Seed, step, w.cfg.Warmup+w.cfg.Duration) {
 			w.v.At(a.begin.Add(at), func() { l.startSession(w.v.Now()) })
 		}
 	} else {
-		for slot := range step.Sessions {
-			w.v.At(a.begin.Add(wl.StartOffset(slot)), func() { l.startSession(w.v.Now()) })
-		}
+		l.target = step.Sessions
+		l.grow(a.begin)
 	}
 	if err := a.play(ctx, a.end, nil); err != nil {
 		return Result{}, err
 	}
-	return a.close(w.cfg.Duration.Seconds(), l.sys), nil
+	return a.close(w.cfg.Duration.Seconds(), l.sys, goOn), nil
+}
+
+// runClaudeCode plays a window of Claude Code sessions.
+func (w *virtualWorld) runClaudeCode(ctx context.Context, wl *Workload, variant uint64, step Step, arm Arm) (Result, error) {
+	if w.loop != nil { // sessions of another workload never share a run with these
+		w.loop.a.stop()
+		w.loop = nil
+	}
+	stats := &ccStats{}
+	plan := wl.ccFlows(step, ccOptions{seed: w.cfg.Seed, variant: variant, limit: w.cfg.MaxContext,
+		window: w.cfg.Warmup + w.cfg.Duration, noHeader: w.cfg.NoSessionHeader, tokens: true, stats: stats})
+	res, err := w.runFlows(ctx, plan, step, arm)
+	res.ClaudeCode = stats.report(w.cfg.MaxContext)
+	return res, err
 }
 
 var nanSec = math.NaN()

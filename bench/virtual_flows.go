@@ -26,7 +26,7 @@ const replayCap = 48 * time.Hour
 // until every flow is done (the window's seconds then run to the last
 // answer).
 func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, arm Arm) (Result, error) {
-	a, err := w.openWindow(step, arm)
+	a, err := w.openWindow(step, arm, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -47,9 +47,12 @@ func (w *virtualWorld) runFlows(ctx context.Context, plan flowPlan, step Step, a
 	}
 	seconds := w.cfg.Duration.Seconds()
 	if plan.untilDone {
-		seconds = l.last.Sub(a.start).Seconds()
+		seconds = 0
+		if !l.last.IsZero() {
+			seconds = l.last.Sub(a.start).Seconds()
+		}
 	}
-	return a.close(seconds, 0), nil
+	return a.close(seconds, plan.sysTokens, false), nil
 }
 
 // offset is t as a flow's time: from the window's first start.
@@ -114,13 +117,21 @@ func (l *flowLoop) send(f flow, s *flowSend) {
 	if bytes <= 0 {
 		bytes = bodyBytes(s.System, s.Messages)
 	}
-	w.admit(placement.Request{SessionID: s.Session, PromptBytes: bytes, Now: sent}, s.Turn,
-		func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, p, err) })
+	// the request reaches the front end over the clients' network
+	// (network.go), as the session workloads' do
+	w.v.At(sent.Add(w.net.upload(bytes)), func() {
+		if !a.open {
+			return
+		}
+		arrived := w.v.Now()
+		w.admit(placement.Request{SessionID: s.Session, PromptBytes: bytes, Now: arrived}, s.Turn,
+			func(p placement.Placement, err error) { l.submit(f, s, prompt, sent, arrived, p, err) })
+	})
 }
 
-func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, p placement.Placement, err error) {
+func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent, arrived time.Time, p placement.Placement, err error) {
 	a, w := l.a, l.a.w
-	parked := w.v.Now().Sub(sent).Seconds()
+	parked := w.v.Now().Sub(arrived).Seconds()
 	if parked > 0 {
 		a.rec.tasks.parkedFor(parked, false)
 	}
@@ -136,10 +147,11 @@ func (l *flowLoop) submit(f flow, s *flowSend, prompt []uint32, sent time.Time, 
 	a.inFlight[id] = flight{replica: p.Replica, place: p}
 	w.v.Submit(p.Replica, &sim.Request{
 		ID: id, Prompt: prompt, MaxTokens: s.MaxTokens,
-		OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
-		OnDone: func(at time.Time, r sim.Result) {
+		OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
+		OnDone: func(served time.Time, r sim.Result) {
+			at := served.Add(w.net.down()) // the last token at the client
 			delete(a.inFlight, id)
-			w.model.Done(p, at)
+			w.model.Done(p, served)
 			w.wakeParked()
 			if !a.open {
 				a.rec.cut++
@@ -176,9 +188,9 @@ func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p placement.Plac
 		}
 	}
 	next := f.Answered(s, ans, l.offset(at))
-	if s.Last {
-		w.live.end(s.Conv)
-		delete(l.convs[f], s.Conv)
+	for _, c := range f.Ended() {
+		w.live.end(c)
+		delete(l.convs[f], c)
 	}
 	l.schedule(f, next)
 }

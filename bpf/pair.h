@@ -93,13 +93,20 @@ int lmw_pair(struct bpf_sock_ops *skops)
 	} else {
 		return 1;
 	}
-	own = bpf_map_lookup_elem(&lmw_own_conns, &k);
 	sk = skops->sk;
-	if (!own && sk) {
+	if (!sk)
+		return 1;
+	/* own is tested once. Where the verifier follows a branch whose
+	 * outcome it knows speculatively (a loader without CAP_PERFMON, on
+	 * 6.12 but not 6.18), a second test of a pointer it knows to be
+	 * NULL sends it down the dereference with a scalar, and it refuses
+	 * the program ("R0 invalid mem access 'scalar'"). */
+	own = bpf_map_lookup_elem(&lmw_own_conns, &k);
+	if (!own) {
 		join_client(skops, &k);
 		return 1;
 	}
-	if (!own || !(own->flags & OWN_PAIR) || !sk)
+	if (!(own->flags & OWN_PAIR))
 		return 1;
 	cookie = own->cookie;
 	/* The cookie first: from the map update on, lmw_reply runs on this

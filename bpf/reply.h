@@ -27,6 +27,11 @@
 
 #define HALT_PULL 5 /* the program could not read the message */
 
+/* sock_state.flags of a replica's socket: the last run carried all of its
+ * message but the response's last byte, which the kernel runs this
+ * program on again, in the same send (see lmw_reply's end). */
+#define SF_TAIL_SPLIT 2
+
 /* Head parser states. */
 #define HS_STATUS 0    /* "HTTP/1.1 ddd", by position */
 #define HS_REASON 1    /* the reason phrase, up to CR */
@@ -405,6 +410,22 @@ int lmw_reply(struct sk_msg_md *msg)
 		if (rs)
 			rs->requests++;
 	}
+	if (st->flags & SF_TAIL_SPLIT) {
+		/* The re-run over the last byte, which must reach the warden's
+		 * socket. A plain SK_PASS does not do that everywhere: the
+		 * kernel maps SK_PASS to a redirect while the message still
+		 * names a redirect target (sk_psock_map_verd() with
+		 * msg->sk_redir, which the first run set and 6.1 and 6.12 keep
+		 * for the re-run over the rest of the same message), and the
+		 * byte went to the client, the shim never had it and the
+		 * exchange stalled. A redirect to this very socket's egress
+		 * is what a pass does, on every kernel. */
+		st->flags &= ~SF_TAIL_SPLIT;
+		if (st->done_gen == st->gen) {
+			bpf_msg_redirect_hash(msg, &lmw_replica_socks, &key, 0);
+			goto pass;
+		}
+	}
 	if (!st->armed || st->done_gen == st->gen || st->halt_gen == st->gen)
 		goto pass;
 	if ((ctl->flags & CTL_HANDOFF) && st->redirected == 0) {
@@ -440,17 +461,19 @@ int lmw_reply(struct sk_msg_md *msg)
 	 * relays it, has counted the response done before then (a
 	 * ring-buffer record raced the client's next request, and lost it
 	 * on a busy machine). The rest of the message is carried
-	 * (bpf_msg_apply_bytes); the last byte meets this program again,
-	 * finds done_gen, and passes. */
-	if (w->ended)
+	 * (bpf_msg_apply_bytes); the last byte meets this program again
+	 * (SF_TAIL_SPLIT), which sends it on to the warden's socket. */
+	if (w->ended && !(ctl->flags & CTL_FAULT_CARRY_END))
 		tail = 1;
 	if (len > tail) {
 		if (bpf_msg_redirect_hash(msg, &lmw_client_socks, &ctl->peer, 0) != SK_PASS) {
 			halt = HALT_PEER;
 			goto halt;
 		}
-		if (tail)
+		if (tail) {
 			bpf_msg_apply_bytes(msg, len - tail);
+			st->flags |= SF_TAIL_SPLIT;
+		}
 	}
 	if (st->fr.phase == FR_HEAD) {
 		st->status = w->status;

@@ -13,18 +13,16 @@
 
 #define SF_BROKEN 1 /* request socket: a trim failed, the stream is cut */
 
-/* Kernel types read through BTF (CO-RE against the running kernel): the
- * TCP sequence number of a segment and the socket's read position, so the
- * verdict can tell the bytes of a segment userspace already read. */
-struct sk_buff {
-	char cb[48];
-} __attribute__((preserve_access_index));
-
+/* The socket's read position, read through BTF (CO-RE against the
+ * running kernel), so the verdict can tell the bytes of a segment
+ * userspace already read. The segment's own TCP sequence number is the
+ * first word of its control block, which an sk_skb program reads as
+ * __sk_buff.cb[0] (the kernel maps it to the start of skb->cb, where
+ * TCP_SKB_CB(skb)->seq is): no kfunc, so it loads where
+ * bpf_cast_to_kern_ctx does not exist (6.1). */
 struct tcp_sock {
 	__u32 copied_seq;
 } __attribute__((preserve_access_index));
-
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
 /* skb_frame: the parser's walk over one segment. */
 struct skb_frame {
@@ -110,7 +108,6 @@ int lmw_verdict(struct __sk_buff *skb)
 	 * part also keeps the socket's read position (copied_seq) right, so
 	 * the socket reads normally again once it leaves the SOCKHASH. */
 	{
-		struct sk_buff *k = bpf_cast_to_kern_ctx(skb);
 		struct bpf_sock *bsk = skb->sk;
 		struct tcp_sock *tp;
 		__u32 seq = 0;
@@ -118,7 +115,7 @@ int lmw_verdict(struct __sk_buff *skb)
 
 		if (bsk && len > 0) { /* never a bare FIN */
 			tp = bpf_skc_to_tcp_sock(bsk);
-			bpf_probe_read_kernel(&seq, sizeof(seq), &k->cb[0]);
+			seq = skb->cb[0];
 			if (tp) {
 				done = (__s32)(tp->copied_seq - seq);
 				if (done > 0) {

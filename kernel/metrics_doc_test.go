@@ -19,7 +19,7 @@ func TestKernelMetricsAreDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range []*prometheus.Desc{descKernelBytes, descKernelResponses, descDispatch} {
+		for _, d := range []*prometheus.Desc{descKernelBytes, descKernelResponses, descDispatch, descFallbacks} {
 			s := d.String()
 			s = s[strings.Index(s, `fqName: "`)+len(`fqName: "`):]
 			name := s[:strings.IndexByte(s, '"')]

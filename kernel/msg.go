@@ -42,6 +42,8 @@ type MsgPath struct {
 	mu     sync.Mutex
 	noPair map[string]bool // replica addresses already reported as unpaired
 
+	fb msgFallback // stopped arming: a response's end went missing
+
 	// clock maps the kernel's CLOCK_MONOTONIC (sock_state.first_ns) to
 	// wall time: both readings taken together at the start.
 	clockAt time.Time
@@ -62,6 +64,7 @@ func NewMsgPath(st *maps.State, log *slog.Logger) *MsgPath {
 	}
 	k := &MsgPath{st: st, counters: newCounters(st), user: datapath.NewUserPath(),
 		log: log, sndbuf: clientSendBuffer(), noPair: map[string]bool{}}
+	k.counters.fallbacks = k.fb.count.Load
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
 		k.clockAt, k.clockNs = time.Now(), ts.Nano()

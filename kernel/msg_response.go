@@ -19,6 +19,9 @@ import (
 // the replica's end of x.Upstream is armed to carry the response to the
 // client socket, at most credit bytes of it.
 func (k *MsgPath) ArmResponse(x *datapath.Exchange) (bool, error) {
+	if k.armsStopped() {
+		return false, nil // fell back: the shim relays (msg_fallback.go)
+	}
 	slot, _, err := k.slot(x)
 	if err != nil {
 		return false, err
@@ -56,6 +59,7 @@ func (k *MsgPath) ArmResponse(x *datapath.Exchange) (bool, error) {
 	if x.Request.Method == "HEAD" {
 		ctl.Flags |= maps.CtlNoBody
 	}
+	ctl.Flags |= k.faultFlags()
 	if err := k.st.Arm(u.cookie, ctl); err != nil {
 		return false, err
 	}
@@ -129,6 +133,7 @@ func (k *MsgPath) AwaitResponse(x *datapath.Exchange) (*http1.ResponseHead, bool
 	defer readBufs.Put(bp)
 	buf := *bp
 	lastProgress, lastSeen := time.Now(), uint64(0)
+	var endSeen time.Time // when a wait first found the kernel past the end
 	for {
 		_ = up.SetReadDeadline(time.Now().Add(stallCheck))
 		n, rerr := up.Read(buf)
@@ -137,6 +142,16 @@ func (k *MsgPath) AwaitResponse(x *datapath.Exchange) (*http1.ResponseHead, bool
 		}
 		if n == 0 && isTimeout(rerr) {
 			st, _ := k.st.SocketState(u.cookie)
+			if st.Gen == gen && st.DoneGen == gen && st.HaltGen != gen {
+				// The kernel found the end, and its last byte has
+				// not come: checked only on these wakes, which a
+				// response longer than stallCheck has anyway.
+				if endSeen.IsZero() {
+					endSeen = time.Now()
+				} else if time.Since(endSeen) >= tailBound {
+					return k.tailLost(x, u, st)
+				}
+			}
 			if st.Gen == gen && st.Seen != lastSeen {
 				lastProgress, lastSeen = time.Now(), st.Seen
 			} else if time.Since(lastProgress) > x.Idle {

@@ -70,7 +70,7 @@ func TestShimSuiteOverKernelDatapaths(t *testing.T) {
 			if mode == maps.ModeSkb {
 				skip += "|TestPooledConnectionClosedUnansweredIsReplayedOnce"
 			}
-			args := []string{"-test.run", "^Test", "-test.timeout", "5m", "-test.skip", skip, "-test.count=1"}
+			args := []string{"-test.run", "^Test", "-test.timeout", suiteTimeout(), "-test.skip", skip, "-test.count=1"}
 			if testing.Short() {
 				args = append(args, "-test.short")
 			}
@@ -84,6 +84,16 @@ func TestShimSuiteOverKernelDatapaths(t *testing.T) {
 			t.Logf("%s", out)
 		})
 	}
+}
+
+// suiteTimeout bounds one run of the suite: 5m, or
+// LMWARDEN_SUITE_TIMEOUT (`make kernels` runs it in VMs under emulation,
+// several times slower).
+func suiteTimeout() string {
+	if d := os.Getenv("LMWARDEN_SUITE_TIMEOUT"); d != "" {
+		return d
+	}
+	return "5m"
 }
 
 // mustKernel loads a kernel datapath over fresh pinned state, unloaded

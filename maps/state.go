@@ -103,6 +103,9 @@ type State struct {
 	lock  *dirLock
 	objs  objects
 	links []link.Link
+	// legacy: the links' pins whose programs were attached the older way
+	// instead (attachSockmap), so nothing is pinned under those names.
+	legacy []string
 	// Reused is true when a previous warden's state was found and adopted.
 	Reused bool
 }
@@ -291,11 +294,7 @@ func adopt(dir string, opts Options, lock *dirLock) (_ *State, err error) {
 func (s *State) attach(dir string, opts Options) error {
 	switch s.mode {
 	case ModeSkb:
-		if err := s.attachOne(dir, pinVerdictLink, s.objs.verdict, func() (link.Link, error) {
-			return link.AttachRawLink(link.RawLinkOptions{
-				Target: s.objs.LmwSocks.FD(), Program: s.objs.verdict, Attach: ebpf.AttachSkSKBStreamVerdict,
-			})
-		}); err != nil {
+		if err := s.attachSockmap(dir, pinVerdictLink, s.objs.verdict, s.objs.LmwSocks, ebpf.AttachSkSKBStreamVerdict); err != nil {
 			return err
 		}
 	case ModeMsg:
@@ -311,11 +310,7 @@ func (s *State) attach(dir string, opts Options) error {
 		}); err != nil {
 			return err
 		}
-		if err := s.attachOne(dir, pinReplyLink, s.objs.reply, func() (link.Link, error) {
-			return link.AttachRawLink(link.RawLinkOptions{
-				Target: s.objs.LmwReplicaSocks.FD(), Program: s.objs.reply, Attach: ebpf.AttachSkMsgVerdict,
-			})
-		}); err != nil {
+		if err := s.attachSockmap(dir, pinReplyLink, s.objs.reply, s.objs.LmwReplicaSocks, ebpf.AttachSkMsgVerdict); err != nil {
 			return err
 		}
 	}
@@ -350,6 +345,32 @@ func (s *State) attachOne(dir, pin string, prog *ebpf.Program, attach func() (li
 	s.links = append(s.links, l)
 	return l.Pin(path)
 }
+
+// attachSockmap attaches prog to the SOCKMAP or SOCKHASH m: with a
+// bpf_link pinned at dir/pin where the kernel has links for that attach
+// type (6.10 on), else with the older BPF_PROG_ATTACH (6.1 has no link
+// for sk_msg or sk_skb: "create link: invalid argument"). Such an attach
+// holds as long as the map lives, and the map is pinned: it survives the
+// warden like a pinned link, the next warden's attach replaces the
+// program in place, and unload, which unpins the map, ends it.
+func (s *State) attachSockmap(dir, pin string, prog *ebpf.Program, m *ebpf.Map, typ ebpf.AttachType) error {
+	err := s.attachOne(dir, pin, prog, func() (link.Link, error) {
+		return link.AttachRawLink(link.RawLinkOptions{Target: m.FD(), Program: prog, Attach: typ})
+	})
+	if err == nil || !errors.Is(err, ErrUnsupported) {
+		return err
+	}
+	if lerr := link.RawAttachProgram(link.RawAttachProgramOptions{Target: m.FD(), Program: prog, Attach: typ}); lerr != nil {
+		return fmt.Errorf("%w; the older attach (BPF_PROG_ATTACH): %v", err, lerr)
+	}
+	s.legacy = append(s.legacy, pin)
+	return nil
+}
+
+// OlderAttach names the programs attached with BPF_PROG_ATTACH because
+// this kernel has no bpf_link for their attach type (their pins, e.g.
+// link_reply, are absent).
+func (s *State) OlderAttach() []string { return s.legacy }
 
 // detachPinned detaches and removes the link pinned at path, if any.
 func detachPinned(path string) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,10 @@ func TestLoadPinsStateWithPrivateModes(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"lmw_sessions", "lmw_socks", "lmw_listeners", "lmw_frontends", "lmw_own_conns", "lmw_stats", "lmw_dispatch_stats", "link_dispatch", "link_verdict"} {
+		if slices.Contains(s.OlderAttach(), want) {
+			t.Logf("%s: no bpf_link for it on this kernel, attached with BPF_PROG_ATTACH", want)
+			continue
+		}
 		if !names[want] {
 			t.Errorf("%s not pinned (have %v)", want, names)
 		}
@@ -108,7 +113,7 @@ func TestLoadFillsEmptyDirectoryPreparedByRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if _, err := os.Stat(dir + "/" + pinVerdictLink); err != nil {
+	if _, err := os.Stat(dir + "/" + pinDispatchLink); err != nil {
 		t.Fatalf("state not built in place: %v", err)
 	}
 }

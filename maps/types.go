@@ -37,23 +37,24 @@ const (
 
 // Flags and reasons mirrored from lmwarden.h #defines (bpf2go only carries types).
 const (
-	FrontendOwnAddr = 1  // FRONTEND_OWN_ADDR
-	OwnPair         = 1  // OWN_PAIR
-	CtlNoBody       = 1  // CTL_NO_BODY
-	CtlTailPass     = 2  // CTL_TAIL_PASS
-	CtlRearm        = 4  // CTL_REARM
-	CtlNotify       = 8  // CTL_NOTIFY
-	CtlHandoff      = 16 // CTL_HANDOFF
-	EndFramed       = 1  // END_FRAMED
-	EndBody         = 2  // END_BODY
-	HaltHead        = 1  // HALT_HEAD
-	HaltCredit      = 2  // HALT_CREDIT
-	HaltFraming     = 3  // HALT_FRAMING
-	HaltPeer        = 4  // HALT_PEER
-	HaltPull        = 5  // HALT_PULL
-	HaltHandoff     = 6  // HALT_HANDOFF
-	HaltTrailing    = 7  // HALT_TRAILING
-	HeadLength      = 1  // HF_LENGTH
-	HeadChunked     = 2  // HF_CHUNKED
-	MaxHead         = 4096
+	FrontendOwnAddr  = 1  // FRONTEND_OWN_ADDR
+	OwnPair          = 1  // OWN_PAIR
+	CtlNoBody        = 1  // CTL_NO_BODY
+	CtlTailPass      = 2  // CTL_TAIL_PASS
+	CtlRearm         = 4  // CTL_REARM
+	CtlNotify        = 8  // CTL_NOTIFY
+	CtlHandoff       = 16 // CTL_HANDOFF
+	CtlFaultCarryEnd = 32 // CTL_FAULT_CARRY_END (fault injection, tests only)
+	EndFramed        = 1  // END_FRAMED
+	EndBody          = 2  // END_BODY
+	HaltHead         = 1  // HALT_HEAD
+	HaltCredit       = 2  // HALT_CREDIT
+	HaltFraming      = 3  // HALT_FRAMING
+	HaltPeer         = 4  // HALT_PEER
+	HaltPull         = 5  // HALT_PULL
+	HaltHandoff      = 6  // HALT_HANDOFF
+	HaltTrailing     = 7  // HALT_TRAILING
+	HeadLength       = 1  // HF_LENGTH
+	HeadChunked      = 2  // HF_CHUNKED
+	MaxHead          = 4096
 )

@@ -12,6 +12,7 @@
 #
 # Knobs for profiles (docs/kernel.md, "Profile"):
 #   LMWARDEN_BENCH_PATHS=direct,nginx,msg,msg@GOMAXPROCS=1   # paths; "@VAR=value" runs a warden with it set
+#   LMWARDEN_BENCH_PATHS=direct,msg,msg@bin=/tmp/lmwarden-old # "@bin=PATH": that build of lmwarden, side by side
 #   LMWARDEN_BENCH_STREAMS=1         # streams at once (1,32): one stream only
 #   LMWARDEN_BENCH_CONNS=keepalive   # connections (fresh and keepalive): keep-alive only
 #   LMWARDEN_BENCH_EVENTS=1          # SSE events per response (256): 1 measures TTFB alone, quickly

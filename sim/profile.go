@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/lmwarden/lmwarden/internal/vllmlb"
 )
 
 // Profile describes one hardware+model+vLLM deployment as data: the card,
@@ -78,6 +80,17 @@ type Profile struct {
 	// since it was added, pull request 37307): a waiting request is admitted
 	// only if its whole prompt fits the free blocks, not just its first chunk.
 	ReserveFullISL bool `yaml:"scheduler_reserve_full_isl"`
+	// DPLBStats is what the engines tell vLLM's data-parallel balancer
+	// (internal/vllmlb's stats modes: fresh, stale, none), the balancer of
+	// a one-endpoint deployment and of a benchmark's arm "off": vLLM 0.22
+	// to 0.26 publish no queue counts for a dense model (none). Empty:
+	// fresh.
+	DPLBStats string `yaml:"dp_lb_stats,omitempty"`
+	// ClientRTT is the round-trip time between the benchmark's clients and
+	// the replicas' front end that this profile's reference measured over
+	// (bench --virtual adds what the network does to each turn; 0: clients
+	// next to the replicas).
+	ClientRTT time.Duration `yaml:"client_rtt,omitempty"`
 	// PrefixStats is when the prefix-cache counters count a request:
 	// "admitted" (once, when it is scheduled: vLLM since pull request 48860)
 	// or "every-lookup" (each time the scheduler looks a waiting request up,
@@ -201,6 +214,10 @@ func (p Profile) Check() error {
 		return bad("step_overhead, prefill_floor and prefill_context_tokens_per_second must not be negative")
 	case p.PrefixStats != PrefixStatsAdmitted && p.PrefixStats != PrefixStatsEveryLookup:
 		return bad("prefix_stats %q: want %s or %s", p.PrefixStats, PrefixStatsAdmitted, PrefixStatsEveryLookup)
+	case !validLBStats(p.DPLBStats):
+		return bad("dp_lb_stats %q: want fresh, stale or none", p.DPLBStats)
+	case p.ClientRTT < 0:
+		return bad("client_rtt: negative")
 	case p.Watermark < 0 || p.Watermark >= 1:
 		return bad("watermark %v: want 0 <= watermark < 1", p.Watermark)
 	case p.KVCapacityTokens == 0 && (p.GPUMemoryBytes <= 0 || p.GPUMemoryUtilization <= 0 || p.GPUMemoryUtilization > 1):
@@ -221,6 +238,17 @@ func (p Profile) Check() error {
 }
 
 const gib = 1 << 30
+
+func validLBStats(s string) bool {
+	_, err := vllmlb.ParseStatsMode(s)
+	return err == nil
+}
+
+// LBStats is the profile's stats mode of vLLM's data-parallel balancer.
+func (p Profile) LBStats() vllmlb.StatsMode {
+	m, _ := vllmlb.ParseStatsMode(p.DPLBStats) // checked by Check
+	return m
+}
 
 // KVMemory is vLLM's start-up arithmetic for the KV cache, term by term.
 type KVMemory struct {

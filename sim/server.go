@@ -150,7 +150,7 @@ func Serve(ctx context.Context, cfg ServerConfig) (*Servers, error) {
 		for i := range all {
 			all[i], labels[i] = i, strconv.Itoa(i)
 		}
-		s.balancer = vllmlb.New(cfg.Replicas, cfg.LBStats)
+		s.balancer = vllmlb.New(cfg.Replicas, cfg.LBStats, 1) // a fixed draw of API servers: runs repeat
 		s.startCoordinator()
 		handlers = append(handlers, s.handler(-1, newReplicaRegistry(s.pacer, cfg.Model, cfg.Profile, all, labels)))
 	}

@@ -194,16 +194,18 @@ func TestRanksHeaderRoutesToTheRankAndMetricsCarryEngineLabels(t *testing.T) {
 	}
 }
 
-func TestRanksWithoutHeaderAndNoStatsRoundRobin(t *testing.T) {
+func TestRanksWithoutHeaderAndNoStatsSpreadOverEveryRank(t *testing.T) {
+	// vLLM 0.26 behind one endpoint: four API servers, each a round robin
+	// of its own; every rank gets requests, none gets most of them
 	s := mustServe(t, ServerConfig{Replicas: 4, Shape: ShapeRanks, LBStats: vllmlb.None})
-	for i := range 8 {
+	for i := range 16 {
 		if code, body := mustPost(t, s.URLs()[0]+"/v1/chat/completions", chatBody("p", fmt.Sprint(i), 2)); code != 200 {
 			t.Fatalf("%d %s", code, body)
 		}
 	}
 	for r := range 4 {
-		if got := s.Stats(r).RequestsDone; got != 2 {
-			t.Fatalf("rank %d served %d of 8, want 2", r, got)
+		if got := s.Stats(r).RequestsDone; got < 1 || got > 8 {
+			t.Fatalf("rank %d served %d of 16, want 1 to 8", r, got)
 		}
 	}
 }

@@ -7,8 +7,10 @@ import (
 )
 
 // Policy `vllm-lb` is vLLM's own data-parallel balancer as it really behaves
-// (internal/vllmlb: 4·waiting + running from the coordinator's published
-// counts, local bumps between publishes, a rotating start). It is also what
+// (internal/vllmlb: one balancer per API server, as many as replicas, each
+// request meeting one of them at random; 4·waiting + running from the
+// coordinator's published counts, local bumps between publishes, a
+// rotating start). It is also what
 // affinity off means in the per-replica shape, so it observes every poll
 // whichever policy is active: switching affinity off finds its counts
 // current.
@@ -19,11 +21,11 @@ type vllmLBPolicy struct {
 	eligible         func(int) bool
 }
 
-func newVLLMLBPolicy(m *Model, _ ModelOptions) policy {
+func newVLLMLBPolicy(m *Model, o ModelOptions) policy {
 	n := len(m.reps)
 	mode, _ := vllmlb.ParseStatsMode(m.cfg.VLLMLBStats) // validated with the config
 	return &vllmLBPolicy{
-		b:        vllmlb.New(n, mode),
+		b:        vllmlb.New(n, mode, o.Seed),
 		waiting:  make([]int, n),
 		running:  make([]int, n),
 		eligible: func(i int) bool { return m.reps[i].healthy },

@@ -62,6 +62,7 @@ type benchFlags struct {
 	replayBlock                          int
 	replayFrom, replayUntil              time.Duration
 	sessionHeader                        bool
+	describe                             bool
 	set                                  map[string]bool // the flags given
 }
 
@@ -83,7 +84,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "a4000-qwen3-4b", "--virtual: replica profile: "+strings.Join(sim.ProfileNames(), ", ")+", or a profile file (YAML)")
 	f.overrides.registerOverrides(fs)
 	fs.IntVar(&f.replicas, "replicas", 4, "--virtual: number of replicas")
-	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.StringVar(&f.lbStats, "lb-stats", "", "stats mode of vLLM's balancer in the off arm: fresh, stale or none (default: the profile's with --virtual, as its vLLM version behaves; else fresh)")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed: the same seed gives the same sessions")
 	fs.Float64Var(&f.speed, "speed", 1, "real runs against simulated replicas: their --speed; times are reported in simulated time")
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
@@ -93,7 +94,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", config.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
 	fs.Float64Var(&f.admissionFill, "admission-fill", config.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
 	fs.Float64Var(&f.admissionQuantum, "admission-quantum", config.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")
-	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4) or long (heavy-tailed turns with tool results, compacting near the model's context)")
+	fs.StringVar(&f.workload, "workload", "agent", "sessions: agent (docs/workload.md: six turns, ~12k tokens), big (six turns, ~58k tokens, for rtx5090-gemma3-27b-int4), long (heavy-tailed turns with tool results, compacting near the model's context) or claude-code (Claude Code's published shape: ~25K to start, hundreds of turns, subagent groups; needs a context of 64K or more, e.g. --profile h200-qwen3-4b)")
+	fs.BoolVar(&f.describe, "describe", false, "--workload claude-code: print what the workload generates beside the published figures (2,000 sessions on paper, at --max-context or the profile's context) and exit")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
 	fs.StringVar(&f.spillThreshold, "spill-threshold", "", "--virtual: the warden's spill threshold, requests in flight or auto (default: the warden's default, 8)")
@@ -117,6 +119,9 @@ func runBench(args []string) error {
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if f.describe {
+		return f.describeWorkload(os.Stdout)
+	}
 	plan, err := f.plan()
 	if err != nil {
 		return err

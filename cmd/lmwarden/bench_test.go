@@ -75,7 +75,7 @@ func TestBenchVirtualRunsLongSessionsArrivingAtARate(t *testing.T) {
 
 func TestBenchVirtualTakesTheProfileOverridesAndRealRunsRefuseThem(t *testing.T) {
 	err := runBench([]string{"--virtual", "--steps", "4", "--duration", "10s", "--max-model-len", "262144"})
-	if err == nil || !strings.Contains(err.Error(), "estimated maximum model length is 39072") {
+	if err == nil || !strings.Contains(err.Error(), "estimated maximum model length is 46704") {
 		t.Fatalf("got %v, want vLLM's start-up refusal", err)
 	}
 	out := t.TempDir()

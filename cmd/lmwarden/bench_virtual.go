@@ -36,6 +36,9 @@ func (f *benchFlags) runVirtual(ctx context.Context, plan benchPlan, tracer benc
 	if err != nil {
 		return nil, err
 	}
+	if !f.set["lb-stats"] {
+		plan.lb = p.LBStats() // as the profile's vLLM behaves
+	}
 	return bench.RunVirtual(ctx, bench.VirtualConfig{
 		Profile: p, Replicas: f.replicas, Steps: plan.steps, Duration: f.duration, Warmup: f.warmup, Arms: plan.arms,
 		FreshReplicas: plan.fresh, LBStats: plan.lb, Seed: f.seed, Progress: bench.NewProgress(os.Stderr, plan.phases),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/kernel"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/maps"
@@ -42,7 +43,7 @@ func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*serve
 	}
 	var why []error
 	for _, mode := range modes {
-		k, err := loadKernelDatapath(pinDir, mode, log)
+		k, proof, err := proveKernelDatapath(pinDir, mode, log)
 		if err != nil {
 			log.Warn("datapath unavailable", "datapath", mode, "err", err)
 			why = append(why, fmt.Errorf("%s: %w", mode, err))
@@ -55,6 +56,7 @@ func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*serve
 		if len(why) > 0 {
 			reason += ": " + joinReasons(why)
 		}
+		reason += "; " + string(mode) + " " + proof
 		log.Info("datapath: "+string(mode), "kernel", k.path.String(), "reason", reason)
 		return &servedDatapath{Datapath: k.path.Datapath, reason: reason, kern: k}, nil
 	}
@@ -73,6 +75,33 @@ func selectDatapath(cfg *config.Config, pinDir string, log *slog.Logger) (*serve
 	return &servedDatapath{Datapath: datapath.NewUserPath(), reason: reason}, nil
 }
 
+// afterKernelLoad, when set (tests only), sees each kernel datapath
+// loaded before its self-test runs (to inject a fault into it).
+var afterKernelLoad func(*kernel.Path)
+
+// proveKernelDatapath loads the datapath of mode and runs the self-test
+// over it (selftest.go); a datapath that fails it is closed, with the
+// failure as the error. proof is what the self-test found.
+func proveKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (_ *kernelDatapath, proof string, _ error) {
+	k, err := loadKernelDatapath(pinDir, mode, log)
+	if err != nil {
+		return nil, "", err
+	}
+	if afterKernelLoad != nil {
+		afterKernelLoad(k.path)
+	}
+	start := time.Now()
+	p, err := selfTest(k.path)
+	if err != nil {
+		k.close()
+		return nil, "", err
+	}
+	k.proof = p
+	proof = fmt.Sprintf("%s in %s", p, time.Since(start).Round(time.Millisecond))
+	log.Info("datapath self-test", "datapath", mode, "result", proof)
+	return k, proof, nil
+}
+
 // joinReasons puts why each datapath did not load on one line.
 func joinReasons(why []error) string {
 	s := make([]string, len(why))
@@ -84,7 +113,20 @@ func joinReasons(why []error) string {
 
 // info names the datapath and why it was chosen (GET /api/v1/warden).
 func (d *servedDatapath) info() adminapi.DatapathInfo {
-	return adminapi.DatapathInfo{Name: d.Name(), Reason: d.reason}
+	name, reason := d.current()
+	return adminapi.DatapathInfo{Name: name, Reason: reason}
+}
+
+// current is the datapath that moves the bytes now, and why: the chosen
+// one, or the userspace relay once msg fell back at run time (a response
+// whose end the kernel lost: kernel/msg_fallback.go).
+func (d *servedDatapath) current() (name, reason string) {
+	if fb, ok := d.Datapath.(interface{ Fallback() (string, uint64) }); ok {
+		if why, _ := fb.Fallback(); why != "" {
+			return "user", d.reason + "; then at run time " + d.Name() + " fell back to the shim's relay: " + why
+		}
+	}
+	return d.Name(), d.reason
 }
 
 // Close releases what the datapath loaded (pinned state stays pinned).
@@ -139,5 +181,6 @@ type datapathInfo struct{ d *servedDatapath }
 
 func (datapathInfo) Describe(ch chan<- *prometheus.Desc) { ch <- descDatapathInfo }
 func (i datapathInfo) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descDatapathInfo, prometheus.GaugeValue, 1, i.d.Name(), i.d.reason)
+	name, reason := i.d.current()
+	ch <- prometheus.MustNewConstMetric(descDatapathInfo, prometheus.GaugeValue, 1, name, reason)
 }

@@ -18,8 +18,9 @@ import (
 
 // kernelDatapath is a kernel datapath with its pinned state.
 type kernelDatapath struct {
-	st   *maps.State
-	path *kernel.Path
+	st    *maps.State
+	path  *kernel.Path
+	proof selfTestProof // what its self-test found
 }
 
 // loadKernelDatapath loads (or adopts) the pinned BPF state at pinDir
@@ -39,14 +40,17 @@ func loadKernelDatapath(pinDir string, mode maps.Mode, log *slog.Logger) (*kerne
 		how = "adopted"
 	}
 	log.Info("kernel datapath", "state", p.State.Dir(), "pinned", how)
+	if old := p.State.OlderAttach(); len(old) > 0 {
+		log.Info("kernel datapath: no bpf_link for these attach types on this kernel; attached with BPF_PROG_ATTACH, which lasts as long as the pinned map", "programs", old)
+	}
 	return &kernelDatapath{st: p.State, path: p}, nil
 }
 
 // kernelNeeds is what each kernel datapath needs, as measured
 // (docs/kernel.md, "Requirements (as measured)").
 var kernelNeeds = map[maps.Mode]string{
-	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.10 with BTF",
-	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.10 with BTF",
+	maps.ModeMsg: "needs root or CAP_BPF+CAP_NET_ADMIN, bpffs at /sys/fs/bpf, a cgroup v2 mount, kernel >= 6.1 with BTF",
+	maps.ModeSkb: "needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON, bpffs at /sys/fs/bpf, kernel >= 6.1 with BTF",
 }
 
 // listenFrontend opens the listener of a model's shim: an ephemeral

@@ -327,7 +327,12 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 		env = append(env, "LMWARDEN_PHASES="+f+"."+strings.NewReplacer("@", "-", "=", "-", "/", "-").Replace(path))
 	}
 	if p, e, ok := strings.Cut(path, "@"); ok {
-		path, env = p, append(env, e)
+		path = p
+		if other, ok := strings.CutPrefix(e, "bin="); ok {
+			bin = other // "msg@bin=/tmp/lmwarden-main": another build, side by side
+		} else {
+			env = append(env, e)
+		}
 	}
 	args := []string{"serve", "--listen", front, "--replica", "http://" + up, "--admin", "off", "--datapath", path, "--log-level", "warn"}
 	var dir string

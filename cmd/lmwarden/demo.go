@@ -51,7 +51,7 @@ func runDemo(args []string) error {
 	fs.StringVar(&f.steps, "steps", "4,8,16", "concurrent sessions per step")
 	fs.DurationVar(&f.duration, "duration", 3*time.Minute, "simulated length of each step and arm (wall time is this / --speed)")
 	fs.StringVar(&f.api, "api", bench.APIAnthropic, "request shape: anthropic or openai")
-	fs.StringVar(&f.lbStats, "lb-stats", "fresh", "stats mode of vLLM's balancer in the off arm: fresh, stale or none")
+	fs.StringVar(&f.lbStats, "lb-stats", "", "stats mode of vLLM's balancer in the off arm: fresh, stale or none (default: the profile's)")
 	fs.Uint64Var(&f.seed, "seed", 1, "workload seed")
 	fs.StringVar(&f.out, "out", "", "report directory (default out/demo-<time>)")
 	if err := parseFlags(fs, args); err != nil {
@@ -69,6 +69,9 @@ func runDemo(args []string) error {
 	lb, err := vllmlb.ParseStatsMode(f.lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	if f.lbStats == "" {
+		lb = p.LBStats()
 	}
 	if f.replicas < 1 || f.speed <= 0 || f.duration <= 0 {
 		return fmt.Errorf("--replicas, --speed and --duration must be positive: %w", errUsage)

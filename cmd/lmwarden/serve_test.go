@@ -41,9 +41,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mustServeBinary builds the real lmwarden binary once per test run.
+// mustServeBinary builds the real lmwarden binary once per test run
+// (LMWARDEN_SERVE_BIN names one built already: `make kernels` runs these
+// tests in VMs that have no Go toolchain).
 func mustServeBinary(tb testing.TB) string {
 	tb.Helper()
+	if bin := os.Getenv("LMWARDEN_SERVE_BIN"); bin != "" {
+		return bin
+	}
 	serveBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "lmwarden-serve-test")
 		if err != nil {

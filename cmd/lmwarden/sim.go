@@ -32,7 +32,7 @@ func runSim(args []string) error {
 	pf.register(fs)
 	speed := fs.Float64("speed", 1, "modelled seconds per wall second (20: a 3-minute run takes 9 s)")
 	model := fs.String("model", "qwen3-4b", "served model name (model_name label, /v1/models)")
-	lbStats := fs.String("lb-stats", "fresh", "ranks shape, no rank header: balancer stats fresh (100 ms), stale (1 s late) or none (round robin)")
+	lbStats := fs.String("lb-stats", "", "ranks shape, no rank header: balancer stats fresh (100 ms), stale (1 s late) or none (a round robin per API server); default: the profile's")
 	table := fs.Bool("print-calibration", false, "print the profile's calibration table (Markdown) and exit")
 	replyTokens := fs.String("reply-tokens", sim.DefaultReplies.Lengths.String(), "natural length of a text reply in tokens: lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or fixed:N (max_tokens still cuts it)")
 	toolUse := fs.Float64("tool-use", sim.DefaultReplies.ToolUse, "share of replies that call one of the offered tools (0-1), when a request offers tools")
@@ -51,6 +51,9 @@ func runSim(args []string) error {
 	lb, err := vllmlb.ParseStatsMode(*lbStats)
 	if err != nil {
 		return fmt.Errorf("--lb-stats: %v: %w", err, errUsage)
+	}
+	if *lbStats == "" {
+		lb = p.LBStats()
 	}
 	if *shape != sim.ShapePorts && *shape != sim.ShapeRanks {
 		return fmt.Errorf("--shape %q: want ports or ranks: %w", *shape, errUsage)

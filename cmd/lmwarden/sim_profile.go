@@ -44,7 +44,7 @@ func (f *profileFlags) registerOverrides(fs *flag.FlagSet) {
 		f.fullISL = &v
 		return nil
 	})
-	fs.StringVar(&f.prefixStats, "prefix-stats", "", "when the prefix-cache counters count a request: admitted (vLLM 0.26: once) or every-lookup (older vLLM: at each look-up of a waiting request) (default: the profile's)")
+	fs.StringVar(&f.prefixStats, "prefix-stats", "", "when the prefix-cache counters count a request: admitted (once, vLLM after 0.26) or every-lookup (at each look-up of a waiting request, vLLM 0.26 and before) (default: the profile's)")
 }
 
 // resolve returns the profile with the overrides, or vLLM's own start-up

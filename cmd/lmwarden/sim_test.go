@@ -36,7 +36,7 @@ func TestSimCalibratePrintsTheTable(t *testing.T) {
 	if err := runSim([]string{"--print-calibration"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "| KV capacity | 39088 tokens (2443 blocks of 16)") {
+	if !strings.Contains(out.String(), "| KV capacity | 46720 tokens (2920 blocks of 16)") {
 		t.Fatalf("calibration output:\n%s", out.String())
 	}
 }
@@ -44,7 +44,7 @@ func TestSimCalibratePrintsTheTable(t *testing.T) {
 func TestSimRefusesToStartWhenTheCacheCannotHoldMaxModelLen(t *testing.T) {
 	err := runSim([]string{"--max-model-len", "262144"})
 	if err == nil || !strings.Contains(err.Error(), "To serve at least one request with the model's max seq len (262144)") ||
-		!strings.Contains(err.Error(), "estimated maximum model length is 39072") {
+		!strings.Contains(err.Error(), "estimated maximum model length is 46704") {
 		t.Fatalf("got %v, want vLLM's start-up refusal", err)
 	}
 	// --kv-tokens makes room
@@ -74,14 +74,14 @@ func TestSimCalibrateWritesAProfileTheSimulatorRuns(t *testing.T) {
 	if err := runSim([]string{"calibrate", "--replica", sv.URLs()[0], "--out", file, "--name", "card"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "[14/14] decode, batch 8") || !strings.Contains(out.String(), "KV 39088 tokens") {
+	if !strings.Contains(progress.String(), "[14/14] decode, batch 8") || !strings.Contains(out.String(), "KV 46720 tokens") {
 		t.Fatalf("progress %q, output %q", progress.String(), out.String())
 	}
 	out.Reset()
 	if err := runSim([]string{"--profile", file, "--print-calibration"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "Profile `card`") || !strings.Contains(out.String(), "| KV capacity | 39088 tokens") {
+	if !strings.Contains(out.String(), "Profile `card`") || !strings.Contains(out.String(), "| KV capacity | 46720 tokens") {
 		t.Fatalf("%s", out.String())
 	}
 	if err := runSim([]string{"calibrate"}); !errors.Is(err, errUsage) {

@@ -111,9 +111,9 @@ func TestStatusShowsAdmissionForPolicyCost(t *testing.T) {
 			t.Errorf("status output lacks %q:\n%s", want, text)
 		}
 	}
-	// each replica's live context over its budget: the sim's 39,088
+	// each replica's live context over its budget: the sim's 46,720
 	// tokens, or the 32,000-token prior before the first poll
-	if !strings.Contains(text, "k/39.1k") && !strings.Contains(text, "k/32.0k") {
+	if !strings.Contains(text, "k/46.7k") && !strings.Contains(text, "k/32.0k") {
 		t.Errorf("no live/budget per replica:\n%s", text)
 	}
 }
