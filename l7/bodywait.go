@@ -46,7 +46,8 @@ const (
 type bodyWait int
 
 const (
-	bodyHere      bodyWait = iota // in the socket (whole, or bodyWaitBytes of it)
+	bodyHere      bodyWait = iota // whole, in the socket or in hand
+	bodyStreams                   // bodyWaitBytes of it in the socket (or the datapath's queue): the rest streams
 	bodyLate                      // the body deadline passed: 408
 	bodyAbandoned                 // the client closed or reset before it came whole
 	bodyShed                      // ended to make room at a connection bound: 503
@@ -66,7 +67,7 @@ func (s *Shim) awaitBody(c *datapath.Conn, h *http1.Head, deadline time.Time) bo
 	if qr, ok := s.dp.(datapath.QueuedRequest); ok {
 		var taken bool
 		if q.prefix, taken = qr.QueuedHead(c); taken {
-			return bodyHere // the datapath's queue: the relay waits as before
+			return bodyStreams // the datapath's queue: the relay waits as before
 		}
 	}
 	rc, err := c.SyscallConn()
@@ -147,15 +148,17 @@ func (q *queuedBody) wait(rc interface {
 		var st queueState
 		_ = rc.Control(func(fd uintptr) { st = q.check(int(fd), target) })
 		switch {
-		case st.here:
+		case st.whole:
 			return bodyHere
+		case st.here:
+			return bodyStreams
 		case st.closed:
 			return bodyAbandoned
 		case woke && (!chunked || st.queued == queued):
 			// Readable below the mark, or woken with nothing new: the
 			// receive window is full (or the host short of socket
 			// memory). The rest streams.
-			return bodyHere
+			return bodyStreams
 		}
 		if chunked {
 			queued = st.queued
@@ -183,6 +186,7 @@ func pollReadable(fd uintptr) bool {
 type queueState struct {
 	queued int  // bytes queued (up to what was asked)
 	here   bool // the body is in the queue (whole, or enough of it)
+	whole  bool // all of it
 	closed bool // the client sent its FIN or reset, and the body is not whole
 }
 
@@ -194,6 +198,7 @@ func (q *queuedBody) check(fd, target int) queueState {
 	if q.head.Framing == http1.FramingLength {
 		st.queued = peekCount(fd, target)
 		st.here = st.queued >= target
+		st.whole = st.here && int64(target-q.prefix) == q.head.ContentLength-int64(len(q.pending))
 	} else {
 		// Only what is queued is copied: a trickle costs a few bytes.
 		limit := target
@@ -208,6 +213,7 @@ func (q *queuedBody) check(fd, target int) queueState {
 		if perr == nil && !p.Done() && n > q.prefix {
 			_, perr = p.Feed(buf[q.prefix:n])
 		}
+		st.whole = perr == nil && p.Done()
 		st.here = perr != nil || p.Done() || n == limit
 	}
 	if !st.here {
@@ -229,23 +235,25 @@ func peekCount(fd, max int) int {
 }
 
 // bodyInHand makes sure the body of h, a request read from c at start, is
-// in c's socket before the request is placed; when it cannot be, it
-// answers c (408 late, 503 shed) or lets it go (the client left), and
-// reports false: the connection then closes.
-func (s *Shim) bodyInHand(c *datapath.Conn, h *http1.Head, start time.Time) bool {
-	switch s.awaitBody(c, h, start.Add(min(s.opts.BodyDeadline, s.opts.BodyTimeout))) {
+// in c's socket before the request is placed (whole: all of it; else the
+// rest streams); when it cannot be, it answers c (408 late, 503 shed) or
+// lets it go (the client left), and reports ok false: the connection then
+// closes.
+func (s *Shim) bodyInHand(c *datapath.Conn, h *http1.Head, start time.Time) (ok, whole bool) {
+	end := s.awaitBody(c, h, start.Add(min(s.opts.BodyDeadline, s.opts.BodyTimeout)))
+	switch end {
 	case bodyLate:
 		s.log.Info("request body not received in time", "method", h.Method, "client", c.RemoteAddr().String(), "waited", time.Since(start))
 		s.rejectWhy(c, 408, h, fmt.Sprintf("the request body did not arrive within %v", min(s.opts.BodyDeadline, s.opts.BodyTimeout)))
-		return false
+		return false, false
 	case bodyShed:
 		s.log.Debug("request waiting for its body ended at the connection bound", "client", c.RemoteAddr().String())
 		s.rejectWhy(c, 503, h, "too many connections (total bound); retry shortly")
-		return false
+		return false, false
 	case bodyAbandoned:
 		s.stats.countAbandoned(abandonedBody)
 		s.log.Debug("client left before its request body arrived", "method", h.Method, "client", c.RemoteAddr().String())
-		return false
+		return false, false
 	}
-	return true
+	return true, end == bodyHere
 }

@@ -23,12 +23,13 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
 	key := RoutingKeyOf(h, s.placer.SessionHeaders())
 	start := time.Now()
-	if !s.bodyInHand(client, h, start) {
+	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
+	if !ok {
 		return false
 	}
-	// A body that has not arrived whole with its head does not steer
-	// placement until it has (placement.Request.BodyPending).
-	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
+	// A body that is not whole in hand or in the socket does not steer
+	// placement until it has arrived (placement.Request.BodyPending).
+	bodyPending := !whole
 	p, wait, err := s.placer.Admit(placement.Request{
 		SessionID:    key.SessionID,
 		PinnedHeader: key.PinnedHeader,
