@@ -23,8 +23,11 @@ type Report struct {
 	// ReplicasRead are the /metrics series read, in replica order (real runs).
 	ReplicasRead []string `json:"replicas_read,omitempty"`
 	LBStats      string   `json:"lb_stats,omitempty"` // the off arm's balancer stats mode
-	Speed        float64  `json:"speed,omitempty"`    // times are simulated when > 1
-	Seed         uint64   `json:"seed"`
+	// SpillThreshold is the warden's spill threshold a virtual run set
+	// ("": the warden's default).
+	SpillThreshold string  `json:"spill_threshold,omitempty"`
+	Speed          float64 `json:"speed,omitempty"` // times are simulated when > 1
+	Seed           uint64  `json:"seed"`
 	// PollSeconds is how often replica stats reached the placement (virtual
 	// runs; 0 when unknown), in the replicas' time.
 	PollSeconds float64 `json:"poll_seconds,omitempty"`

@@ -67,6 +67,9 @@ func (r *Report) caption() string {
 	if r.PollSeconds > 0 {
 		timing += fmt.Sprintf(", replica stats reach the placement every %gs", r.PollSeconds)
 	}
+	if r.SpillThreshold != "" {
+		timing += ", spill threshold " + r.SpillThreshold
+	}
 	return fmt.Sprintf("%s run, %d replicas%s, %s a step, seed %d%s; %s; %s; "+
 		"TTFT = first streamed token at the client, %s; workload ideal hit rate %s.",
 		r.Mode, r.Replicas, optional(" of "+r.Profile, r.Profile != ""), fmtDur(r.StepSeconds), r.Seed,

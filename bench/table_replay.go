@@ -85,6 +85,9 @@ func (r *Report) replayCaption() string {
 		parts = append(parts, fmt.Sprintf("%s = %s", a, r.ArmPolicies[a]))
 	}
 	timing := r.timing()
+	if r.SpillThreshold != "" {
+		timing += ", spill threshold " + r.SpillThreshold
+	}
 	return fmt.Sprintf("%s run, %d replicas%s, seed %d: replay of %s%s (%d requests in %d conversations over %s of the trace; "+
 		"blocks of %d tokens), %s; speed ×N plays N seconds of the trace a second; %s; %s; "+
 		"ideal hit rate %s with an unlimited cache, %s with one cache of the replicas' total; %s.",

@@ -88,7 +88,7 @@ func RunVirtual(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		Seed: cfg.Seed, StepSeconds: cfg.Duration.Seconds(), Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),
 		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(w.IdealHitRate(w.sampleSize(), cfg.MaxContext)),
 		PercentileMethod: PercentileMethod, Started: wall.UTC(), Workload: w.Shape.Name, MaxContext: cfg.MaxContext,
-		StepNotes: notes,
+		StepNotes: notes, SpillThreshold: cfg.spill(),
 	}
 	perSession := w.meanRequests(cfg.MaxContext)
 	for _, a := range cfg.Arms {
@@ -387,4 +387,12 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// spill names the spill threshold the run set ("": the warden's default).
+func (cfg *VirtualConfig) spill() string {
+	if cfg.SpillThreshold.Auto || cfg.SpillThreshold.N > 0 {
+		return cfg.SpillThreshold.String()
+	}
+	return ""
 }

@@ -19,7 +19,7 @@ func runVirtualReplay(ctx context.Context, cfg VirtualConfig) (*Report, error) {
 		Seed: cfg.Seed, Steps: cfg.Steps, PollSeconds: cfg.PollInterval.Seconds(),
 		ArmPolicies: map[string]string{}, WorkloadIdeal: Num(ideal), PercentileMethod: PercentileMethod,
 		Started: wall.UTC(), Workload: WorkloadReplay, MaxContext: cfg.Profile.ContextLimit(),
-		Replay: plan.info(!cfg.NoSessionHeader),
+		Replay: plan.info(!cfg.NoSessionHeader), SpillThreshold: cfg.spill(),
 	}
 	for _, a := range cfg.Arms {
 		rep.Arms = append(rep.Arms, a.Name)

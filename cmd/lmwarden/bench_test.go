@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,5 +87,50 @@ func TestBenchVirtualTakesTheProfileOverridesAndRealRunsRefuseThem(t *testing.T)
 	err = runBench([]string{"--target", "http://127.0.0.1:1", "--kv-tokens", "20000"})
 	if err == nil || !strings.Contains(err.Error(), "--kv-tokens is for --virtual runs") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestBenchReplayAndClaudeCodeFlags(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	var b strings.Builder
+	for i := range 6 { // three conversations of two turns
+		c := i % 3
+		ids := []string{"0", fmt.Sprint(10 + c), fmt.Sprint(20 + c)}
+		input := 1100
+		if i >= 3 {
+			ids, input = append(ids[:2], fmt.Sprint(30+c), fmt.Sprint(40+c)), 1700
+		}
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": 20, "hash_ids": [%s]}`+"\n",
+			i*4000, input, strings.Join(ids, ", "))
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--virtual", "--replay", trace, "--steps", "4"},
+		{"--virtual", "--replay", filepath.Join(dir, "missing.jsonl")},
+		{"--virtual", "--replay", trace, "--replay-block", "16"},
+		{"--virtual", "--replay", trace, "--replay-speed", "0"},
+		{"--virtual", "--replay", trace, "--replay-from", "10s", "--replay-until", "5s"},
+		{"--virtual", "--spill-threshold", "many"},
+		{"--describe"},
+		{"--workload", "claude-code", "--describe"}, // the default profile's context is too small
+	} {
+		if err := runBench(args); !errors.Is(err, errUsage) {
+			t.Errorf("lmwarden bench %s: %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+	out := t.TempDir()
+	if err := runBench([]string{"--virtual", "--replay", trace, "--replay-speed", "1,2", "--policies", "sticky",
+		"--session-header=false", "--spill-threshold", "auto", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := bench.ReadReport(filepath.Join(out, bench.ReportJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Replay == nil || rep.Replay.Conversations != 3 || rep.Replay.SessionHeader || len(rep.Results) != 2 || rep.Results[1].Requests != 6 {
+		t.Fatalf("replay report %+v, %d results", rep.Replay, len(rep.Results))
 	}
 }
