@@ -51,11 +51,13 @@ func abandonedUploads(t *testing.T, dp string) {
 	fams := w.metrics(t)
 	bad := metric(fams, "lmwarden_shim_answered_total", "code", "502")
 	left := metric(fams, "lmwarden_shim_abandoned_total", "stage", "body")
-	blamed := strings.Count(w.out.String(), "the replica closed") + strings.Count(w.out.String(), "level=WARN")
-	figure(t, "%s: %d uploads abandoned (closed, half-closed, reset; waited for or relayed; Content-Length or chunked): %.0f counted as the client's, %.0f answered 502, %.0f answered in all, %d warnings",
+	// (Only the lines that blame a replica: a poll that times out on a
+	// loaded machine warns too, and is not this test's business.)
+	blamed := strings.Count(w.out.String(), `msg="exchange failed"`) + strings.Count(w.out.String(), `msg="response cut on the replica's side"`)
+	figure(t, "%s: %d uploads abandoned (closed, half-closed, reset; waited for or relayed; Content-Length or chunked): %.0f counted as the client's, %.0f answered 502, %.0f answered in all, %d log lines blaming a replica",
 		dp, len(cases), left, bad, metric(fams, "lmwarden_shim_answered_total"), blamed)
 	if bad != 0 || blamed != 0 {
-		t.Errorf("clients that left were blamed on the replicas: %.0f 502s, %d warnings", bad, blamed)
+		t.Errorf("clients that left were blamed on the replicas: %.0f 502s, %d log lines", bad, blamed)
 	}
 	if left != float64(len(cases)) {
 		t.Errorf("%.0f abandoned uploads counted, want %d", left, len(cases))

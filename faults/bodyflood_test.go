@@ -124,7 +124,7 @@ func bodyFlood(t *testing.T, dp string) {
 	fams = w.metrics(t)
 	bad = metric(fams, "lmwarden_shim_answered_total", "code", "502")
 	left := metric(fams, "lmwarden_shim_abandoned_total", "stage", "body")
-	blamed := strings.Count(w.out.String(), "the replica closed")
+	blamed := strings.Count(w.out.String(), `msg="exchange failed"`) + strings.Count(w.out.String(), `msg="response cut on the replica's side"`)
 	figure(t, "%s: the flood's clients left: %.0f counted as abandoned before their body; 502s %.0f; log lines blaming a replica %d", dp, left, bad, blamed)
 	if bad != 0 || blamed != 0 {
 		t.Errorf("clients that left were blamed on the replicas: %.0f 502s, %d log lines", bad, blamed)

@@ -32,7 +32,7 @@ func straySignals(t *testing.T, dp string) {
 	waitInFlight(t, w, 2)
 	logged := func(what, s string) {
 		t.Helper()
-		testutil.Eventually(t, 10*time.Second, what, func() bool {
+		testutil.Eventually(t, 30*time.Second, what, func() bool {
 			if !w.running() {
 				t.Fatalf("the warden exited: %v", w.err)
 			}
