@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -23,7 +21,7 @@ import (
 //	GET /api/v1/models/{name}             one model
 //	PUT /api/v1/models/{name}/affinity    {"affinity": true|false}
 //	PUT /api/v1/models/{name}/policy      {"policy": "cost"}
-//	GET /api/v1/sessions?model=&limit=    live sessions, hashes only, newest first
+//	GET /api/v1/sessions?model=&limit=&after=  live sessions, hashes only, a page (admin_sessions.go)
 //	GET /api/v1/stats?window=1h           token time series (dashboard)
 //	GET /api/v1/warden                    build, start, datapath, readiness (health.go)
 //	GET /healthz, GET /readyz             liveness and readiness (health.go)
@@ -124,39 +122,4 @@ func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any
 // logChange logs a change made through the admin API, with its origin.
 func (w *Warden) logChange(r *http.Request, m *placement.Model, setting string, from, to any) {
 	w.log.Info("admin change", append([]any{"model", m.Name(), "setting", setting, "from", from, "to", to}, originAttrs(r)...)...)
-}
-
-func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
-	limit := adminapi.DefaultSessionsLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(rw, http.StatusBadRequest, fmt.Errorf("limit %q: want a number >= 0", v))
-			return
-		}
-		limit = n
-	}
-	models := w.models
-	if name := r.URL.Query().Get("model"); name != "" {
-		m := w.byName[name]
-		if m == nil {
-			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, name))
-			return
-		}
-		models = []*placement.Model{m}
-	}
-	now := time.Now()
-	out := adminapi.SessionsResponse{Sessions: []adminapi.SessionInfo{}}
-	for _, m := range models {
-		out.Total += m.LiveSessions()
-		rest := 0
-		if limit > 0 {
-			rest = limit - len(out.Sessions)
-			if rest <= 0 {
-				continue
-			}
-		}
-		out.Sessions = append(out.Sessions, m.Sessions(now, rest)...)
-	}
-	writeJSON(rw, http.StatusOK, out)
 }

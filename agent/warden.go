@@ -58,7 +58,9 @@ type Warden struct {
 	client     *http.Client
 
 	serving atomic.Bool // the frontends listen (readiness)
-	token   string      // the admin token (admin_auth.go)
+	// pageReads bounds the session pages read at once (admin_sessions.go).
+	pageReads chan struct{}
+	token     string // the admin token (admin_auth.go)
 
 	mu      sync.Mutex
 	started bool
@@ -85,6 +87,7 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 		series:     NewTokenSeries(0),
 		registry:   prometheus.NewRegistry(),
 		mux:        http.NewServeMux(),
+		pageReads:  make(chan struct{}, concurrentPageReads),
 	}
 	if w.log == nil {
 		w.log = slog.Default()

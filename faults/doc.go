@@ -5,9 +5,12 @@
 // breaks them: a replica killed or stopped under load, the warden killed
 // or stopped under load on each datapath, thousands of connections with
 // some abandoned mid-stream, hostile local neighbours (client pins, bodies
-// that never arrive, idle-socket floods, session floods, admin writes
-// without a credential, DNS rebinding), and the pinned state's directory
-// and lock attacked by an unprivileged user. What each test checks, and
+// that never arrive, floods of them past the connection bound, uploads
+// abandoned half way, idle-socket floods, session floods by health checks
+// and small prompts, reads of the whole session table, admin writes
+// without a credential, DNS rebinding), stray signals, a frontend on
+// another service's port, and the pinned state's directory and lock
+// attacked by an unprivileged user. What each test checks, and
 // what it measured before and after the hardening, is in
 // docs/reliability.md.
 //

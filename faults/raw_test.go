@@ -83,6 +83,17 @@ func postHead(length int64, extra ...string) string {
 	return b.String()
 }
 
+// chunkedHead is the head of a POST /v1/messages with a chunked body.
+func chunkedHead(extra ...string) string {
+	var b strings.Builder
+	b.WriteString("POST /v1/messages HTTP/1.1\r\nHost: warden\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n")
+	for _, h := range extra {
+		b.WriteString(h + "\r\n")
+	}
+	b.WriteString("\r\n")
+	return b.String()
+}
+
 // turn sends one whole non-streamed request on c and reads its answer.
 func (c *rawConn) turn(tb testing.TB, session string, extra ...string) (*http.Response, error) {
 	tb.Helper()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,7 +44,11 @@ type wardenOpts struct {
 	// fields); ModelExtra inside the only model.
 	Extra, ModelExtra string
 	Args              []string // more flags of serve
-	NoWait            bool     // do not wait for readiness (a start that must fail)
+	// NoFile, if set, is the warden's descriptor limit (soft and hard),
+	// which it cannot raise (it runs without CAP_SYS_RESOURCE), as under
+	// a systemd unit's LimitNOFILE=.
+	NoFile int
+	NoWait bool // do not wait for readiness (a start that must fail)
 }
 
 // warden is a running `lmwarden serve`.
@@ -126,7 +131,13 @@ func (w *warden) restart(tb testing.TB) *warden {
 		args = append(args, "--admin-token-file", filepath.Join(filepath.Dir(w.config), "admin.token"))
 	}
 	args = append(args, w.opts.Args...)
-	w.proc = startProc(tb, "warden", args...)
+	if w.opts.NoFile > 0 {
+		lim := fmt.Sprintf("--nofile=%d:%d", w.opts.NoFile, w.opts.NoFile)
+		cmd := exec.Command("prlimit", append([]string{lim, "--", "setpriv", "--bounding-set", "-sys_resource", "--", binary(tb)}, args...)...)
+		w.proc = startCmd(tb, "warden", cmd)
+	} else {
+		w.proc = startProc(tb, "warden", args...)
+	}
 	if w.opts.NoWait {
 		return w
 	}
@@ -173,14 +184,18 @@ func getJSON(tb testing.TB, url string, v any) {
 func (w *warden) sessionReplica(tb testing.TB, id string) int {
 	tb.Helper()
 	want := fmt.Sprintf("%016x", placement.NewSessionHasher(hashKey).Hash(id))
-	var r adminapi.SessionsResponse
-	getJSON(tb, "http://"+adminAddr+"/api/v1/sessions?limit=0", &r)
-	for _, s := range r.Sessions {
-		if s.Hash == want {
-			return s.Replica
+	for after := ""; ; {
+		var r adminapi.SessionsResponse
+		getJSON(tb, "http://"+adminAddr+"/api/v1/sessions?limit=1000&after="+after, &r)
+		for _, s := range r.Sessions {
+			if s.Hash == want {
+				return s.Replica
+			}
+		}
+		if after = r.Next; after == "" {
+			return -1
 		}
 	}
-	return -1
 }
 
 // metrics scrapes the warden's /metrics.

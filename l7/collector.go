@@ -18,17 +18,20 @@ var (
 	descShimAnswered = prometheus.NewDesc("lmwarden_shim_answered_total",
 		"Error responses the shim answered itself (400 malformed, 408 slow, 431 oversized head, 502 bad gateway, 503 no healthy replica, 504 replica timeout, 505 HTTP version).",
 		[]string{"model", "code"}, nil)
+	descShimAbandoned = prometheus.NewDesc("lmwarden_shim_abandoned_total",
+		"Requests whose client left before they ended, by where they stood: body (before its request body arrived whole), parked (waiting for admission), response (before its response ended). The client's doing: never counted as an answer of the shim's or a replica's failure.",
+		[]string{"model", "stage"}, nil)
 	descOpenConns = prometheus.NewDesc("lmwarden_shim_open_connections",
-		"Client connections open now, over every frontend (idle: waiting for a request head).",
+		"Client connections open now, over every frontend (idle: waiting for a request head; awaiting_body: a request head read, its body not yet there; busy: in an exchange).",
 		[]string{"state"}, nil)
 	descConnLimit = prometheus.NewDesc("lmwarden_shim_connection_limit",
 		"The bounds on client connections: total (max_connections) and per client address (max_connections_per_client); 0: none.",
 		[]string{"bound"}, nil)
 	descConnsRefused = prometheus.NewDesc("lmwarden_shim_connections_refused_total",
-		"Client connections refused with 503 at a bound with no idle connection to close instead.",
+		"Client connections refused with 503 at a bound with nothing to close instead.",
 		[]string{"bound"}, nil)
 	descConnsShed = prometheus.NewDesc("lmwarden_shim_connections_shed_total",
-		"Idle client connections closed to make room for a new one at a bound (the longest idle first).",
+		"Client connections closed to make room for a new one at a bound: the longest idle first, else (total bound) the request of a heavier client that waited longest for its body, answered 503.",
 		[]string{"bound"}, nil)
 	descBodyKeys = prometheus.NewDesc("lmwarden_shim_body_keys_total",
 		"Requests without a session header, by what the body's start gave their conversation key: keyed (read from the bytes that came with the head), short (it lay beyond them: placed by load), none (no chat body with a Content-Length, or body_key off).",
@@ -50,6 +53,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descShimHeads
 	ch <- descShimAnswered
 	ch <- descBodyKeys
+	ch <- descShimAbandoned
 	ch <- descDatapathBytes
 	ch <- descOpenConns
 	ch <- descConnLimit
@@ -75,8 +79,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		limits[l] = true
 		st := l.Stats()
-		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.Open-st.Idle), "busy")
+		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.Open-st.Idle-st.AwaitingBody), "busy")
 		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.Idle), "idle")
+		ch <- prometheus.MustNewConstMetric(descOpenConns, prometheus.GaugeValue, float64(st.AwaitingBody), "awaiting_body")
 		ch <- prometheus.MustNewConstMetric(descConnLimit, prometheus.GaugeValue, float64(st.Max), "total")
 		ch <- prometheus.MustNewConstMetric(descConnLimit, prometheus.GaugeValue, float64(st.PerClient), "client")
 		for _, b := range limitNames {
@@ -102,6 +107,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for code, n := range codes {
 			ch <- prometheus.MustNewConstMetric(descShimAnswered, prometheus.CounterValue, float64(n), model, strconv.Itoa(code))
+		}
+		for stage, n := range st.Abandoned {
+			ch <- prometheus.MustNewConstMetric(descShimAbandoned, prometheus.CounterValue, float64(n), model, stage)
 		}
 		u, ok := s.dp.(*datapath.UserPath)
 		if !ok || seen[u] {

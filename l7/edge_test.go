@@ -123,20 +123,43 @@ func TestInvalidChunkedBodiesGet400(t *testing.T) {
 	}
 }
 
+// A client that leaves in the middle of its body: while the shim waits
+// for the body in its socket (the request holds nothing else), or once
+// the body, larger than what the shim waits for, is on its way to the
+// replica. Either way nothing stays in flight or pooled, the replica
+// serves nothing, and the leaving is counted as the client's.
 func TestClientClosingMidBodyReleasesEverything(t *testing.T) {
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))
-	s, addr := mustShim(t, m, Options{})
+	lim := NewConnLimits(0, 0)
+	s, addr := mustShim(t, m, Options{Limits: lim})
 	upAddr := strings.TrimPrefix(sv.URLs()[0], "http://")
-	for _, head := range []string{
-		"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nContent-Length: 100000\r\n\r\n",
-		"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n",
+	big := 2 * bodyWaitBytes
+	for i, tc := range []struct {
+		head    string
+		sent    int
+		waiting bool // the shim still waits for the body in the socket
+	}{
+		{"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nContent-Length: 100000\r\n\r\n", 5000, true},
+		{"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n", 5000, true},
+		{fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: s\r\nContent-Length: %d\r\n\r\n", 4*big), big, false},
 	} {
 		c := mustDial(t, addr)
-		c.send(t, head+`{"model":"qwen3-4b","messages":[{"role":"user","content":"`+strings.Repeat("x", 5000))
-		waitFor(t, "the request in flight", func() bool { return m.Status().InFlight == 1 })
+		c.send(t, tc.head+`{"model":"qwen3-4b","messages":[{"role":"user","content":"`+strings.Repeat("x", tc.sent))
+		if tc.waiting {
+			waitFor(t, "the request waiting for its body", func() bool { return lim.Stats().AwaitingBody == 1 })
+			if n := m.Status().InFlight; n != 0 {
+				t.Errorf("a request waiting for its body is in flight (%d)", n)
+			}
+		} else {
+			waitFor(t, "the request in flight", func() bool { return m.Status().InFlight == 1 })
+		}
 		c.Close()
 		waitInFlight(t, m)
+		waitFor(t, "the leaving counted", func() bool { return s.Stats().Abandoned["body"] == uint64(i+1) })
+	}
+	if n := s.Stats().Answered[502]; n != 0 {
+		t.Errorf("%d clients that left were answered 502", n)
 	}
 	if n := requestsDone(sv, 1)[0]; n != 0 {
 		t.Fatalf("the replica served %d truncated requests", n)

@@ -20,6 +20,10 @@ type exchange struct {
 	// no body byte is seen later).
 	headAt time.Time
 
+	// sessionHash: the placement's session (0: none), whose weight in
+	// the session table the response's end sets.
+	sessionHash uint64
+
 	// began: when the shim placed the request (the stall check's clock).
 	began time.Time
 	// responseBegan: the client has had the response head (the shim wrote

@@ -29,9 +29,13 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	client.Peeked = nil
 	s.countKey(key)
 	start := time.Now()
-	// A body that has not arrived whole with its head does not steer
-	// placement until it has (placement.Request.BodyPending).
-	bodyPending := h.Framing == http1.FramingChunked || (h.Framing == http1.FramingLength && int64(len(client.Pending)) < h.ContentLength)
+	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
+	if !ok {
+		return false
+	}
+	// A body that is not whole in hand or in the socket does not steer
+	// placement until it has arrived (placement.Request.BodyPending).
+	bodyPending := !whole
 	p, wait, err := s.placer.Admit(placement.Request{
 		SessionID:        key.SessionID,
 		AgentID:          key.AgentID,
@@ -41,6 +45,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		PinnedHeader:     key.PinnedHeader,
 		PromptBytes:      key.PromptBytes,
 		BodyPending:      bodyPending,
+		NonInference:     !isInference(h),
 		Source:           remoteAddr(client.TCPConn),
 		Now:              start,
 	})
@@ -48,6 +53,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	var parked time.Duration
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
+			s.stats.countAbandoned(abandonedParked)
 			return false
 		}
 		parked = time.Since(start)
@@ -83,7 +89,7 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	client.Mark("conn")
 	x := &exchange{
 		Exchange: datapath.Exchange{Model: s.placer.Name(), Replica: p.Replica, Client: client, Upstream: up, Request: h, Idle: s.opts.BodyTimeout},
-		parked:   parked, began: start,
+		parked:   parked, began: start, sessionHash: p.SessionHash,
 	}
 	x.setUpstream(up)
 	s.trackExchange(x, true)
@@ -148,6 +154,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 func (s *Shim) failed(x *exchange, p placement.Placement, status int, start time.Time, err error) {
 	client, h := x.Client, x.Request
 	gone := errors.Is(err, errClientGone)
+	if gone {
+		s.stats.countAbandoned(stageOf(err))
+	}
 	evented := false
 	switch {
 	case status != 0:
@@ -335,6 +344,11 @@ func (s *Shim) relay(x *exchange, p *placement.Placement, reused bool) (int, err
 		}
 		if x.aborted() == abortBody || !time.Now().Before(x.BodyDeadline) {
 			return 408, err // the client's body did not come in time
+		}
+		if peerGone(client, true) || (errors.Is(err, io.ErrUnexpectedEOF) && peerGone(client, false)) {
+			// The client closed (or reset) before its whole body came:
+			// its leaving, not the replica's failure.
+			return 0, fmt.Errorf("%w: %w: %w", errClientGone, errBodyAbandoned, err)
 		}
 		if !s.answeredEarly(x, armed) {
 			return 502, err
@@ -568,6 +582,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	}
 	o.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
+		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
 	}, end)
 }
 

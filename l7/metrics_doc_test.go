@@ -14,7 +14,7 @@ import (
 // metrics table in step with the shim's descriptors (the agent's and the
 // kernel datapath's have the same test).
 func TestShimMetricsAreDocumented(t *testing.T) {
-	descs := []*prometheus.Desc{descShimConns, descShimHeads, descShimAnswered, descDatapathBytes, descOpenConns, descConnLimit, descConnsRefused, descConnsShed}
+	descs := []*prometheus.Desc{descShimConns, descShimHeads, descShimAnswered, descShimAbandoned, descDatapathBytes, descOpenConns, descConnLimit, descConnsRefused, descConnsShed}
 	for _, path := range []string{filepath.Join("..", "docs", "metrics.md"), filepath.Join("..", "README.md")} {
 		doc, err := os.ReadFile(path)
 		if err != nil {

@@ -78,3 +78,25 @@ func firstHeader(h *http1.Head, names []string) string {
 	}
 	return ""
 }
+
+// inferencePaths are the API paths whose POST is a prompt for the model
+// (Anthropic's messages, OpenAI's chat completions, completions and
+// responses, as vLLM serves them). Only such a request enters the
+// session table (placement.Request.NonInference): a health check, a
+// model list, a token count or metrics with a session header follow no
+// pin and make none.
+var inferencePaths = map[string]bool{
+	"/v1/messages":         true,
+	"/v1/chat/completions": true,
+	"/v1/completions":      true,
+	"/v1/responses":        true,
+}
+
+// isInference reports whether h is a prompt for the model.
+func isInference(h *http1.Head) bool {
+	if h.Method != "POST" {
+		return false
+	}
+	path, _, _ := strings.Cut(h.Target, "?")
+	return inferencePaths[path]
+}

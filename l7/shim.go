@@ -201,7 +201,7 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 			return ErrShimClosed
 		}
 		s.conns[cc] = &connState{idle: true, lim: lim}
-		s.opts.Limits.setIdle(lim, true)
+		s.opts.Limits.setPhase(lim, phaseIdle)
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.stats.conns.Add(1)
@@ -256,13 +256,15 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 	// The first head: its deadline set under the lock (a drain that began
 	// meanwhile bounds it too).
 	headDeadline := time.Now().Add(s.opts.HeadTimeout)
-	s.setIdle(c, true, headDeadline)
+	s.setIdle(c, headDeadline)
 	for first := true; ; first = false {
 		if len(c.Pending) == 0 && !first {
 			// Idle keep-alive: wait for the first byte of the next head.
-			drain := s.setIdle(c, true, time.Now().Add(s.opts.IdleTimeout))
+			drain := s.setIdle(c, time.Now().Add(s.opts.IdleTimeout))
 			err := s.waitNextHead(c) // kernel datapath hook: capabilities.go
-			s.setIdle(c, false, time.Time{})
+			if !s.setBusy(c) {
+				return // shed to make room at a connection bound
+			}
 			if err != nil && !(!drain.IsZero() && isTimeout(err) && readable(c)) {
 				if !drain.IsZero() && isTimeout(err) {
 					lingerClose(c) // the drain: closed cleanly, nothing was sent
@@ -281,8 +283,8 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 		}
 		c.Mark("wake")
 		h, rest, err := s.readHead(c, first) // kernel datapath hook: capabilities.go
-		if first {
-			s.setIdle(c, false, time.Time{})
+		if first && !s.setBusy(c) {
+			return // shed to make room at a connection bound
 		}
 		if err != nil {
 			if status := http1.HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
@@ -304,28 +306,38 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 	}
 }
 
-// setIdle records whether c waits for a request head. Going idle, it sets
-// c's read deadline to wait (or, while the shim drains, to the drain's end,
-// and then returns that time: zero otherwise): under the lock, so that
-// Close, which bounds the idle connections' deadlines under it too, and
-// this never undo each other.
-func (s *Shim) setIdle(c *datapath.Conn, idle bool, wait time.Time) (drain time.Time) {
+// setIdle records that c waits for a request head, and sets c's read
+// deadline to wait (or, while the shim drains, to the drain's end, and then
+// returns that time: zero otherwise): under the lock, so that Close, which
+// bounds the idle connections' deadlines under it too, and this never undo
+// each other.
+func (s *Shim) setIdle(c *datapath.Conn, wait time.Time) (drain time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.conns[c]
 	if st == nil {
 		return time.Time{}
 	}
-	st.idle = idle
-	s.opts.Limits.setIdle(st.lim, idle)
-	if !idle {
-		return time.Time{}
-	}
+	st.idle = true
+	s.opts.Limits.setPhase(st.lim, phaseIdle)
 	if by := s.drainDeadline(); s.closing.Load() && by.Before(wait) {
 		wait, drain = by, by
 	}
 	_ = c.SetReadDeadline(wait)
 	return drain
+}
+
+// setBusy records that c has a request (its head is in); false means the
+// connection bounds closed it while it was idle, to make room.
+func (s *Shim) setBusy(c *datapath.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.conns[c]
+	if st == nil {
+		return true
+	}
+	st.idle = false
+	return s.opts.Limits.setPhase(st.lim, phaseBusy)
 }
 
 // drainDeadline is how long, while the shim drains, a connection that
@@ -424,12 +436,13 @@ func Listen(addr string) (*net.TCPListener, error) {
 
 // Stats are the shim's own counters.
 type Stats struct {
-	Connections uint64         // accepted client connections
-	Requests    uint64         // request heads read and placed or refused by placement
-	Retries     uint64         // connect failures moved to another replica
-	Replays     uint64         // requests sent again on a new connection after a pooled one closed unanswered
-	Parked      uint64         // requests that waited for admission
-	Answered    map[int]uint64 // statuses the shim answered itself (400, 408, 431, 502, 503, 504, 505)
+	Connections uint64            // accepted client connections
+	Requests    uint64            // request heads read and placed or refused by placement
+	Retries     uint64            // connect failures moved to another replica
+	Replays     uint64            // requests sent again on a new connection after a pooled one closed unanswered
+	Parked      uint64            // requests that waited for admission
+	Answered    map[int]uint64    // statuses the shim answered itself (400, 408, 431, 502, 503, 504, 505)
+	Abandoned   map[string]uint64 // requests whose client left, by where they stood: body, parked, response
 	// BodyKeys counts the requests without a session id by what their
 	// body's start gave (bodyKeyOutcomes: keyed, short, none).
 	BodyKeys [numBodyKeyOutcomes]uint64
@@ -447,6 +460,7 @@ var bodyKeyOutcomes = [numBodyKeyOutcomes]string{"keyed", "short", "none"}
 
 type stats struct {
 	conns, requests, retries, replays, parked atomic.Uint64
+	abandoned                                 [len(abandonedStages)]atomic.Uint64
 	bodyKeys                                  [numBodyKeyOutcomes]atomic.Uint64
 	mu                                        sync.Mutex
 	answered                                  map[int]uint64
@@ -463,6 +477,25 @@ func (s *Shim) countKey(k RoutingKey) {
 	default:
 		s.stats.bodyKeys[bodyNone].Add(1)
 	}
+}
+
+// Where a request stood when its client left (lmwarden_shim_abandoned_total).
+const (
+	abandonedBody     = iota // before its request body arrived whole
+	abandonedParked          // while it waited for admission
+	abandonedResponse        // before its response ended
+)
+
+var abandonedStages = [...]string{"body", "parked", "response"}
+
+func (st *stats) countAbandoned(stage int) { st.abandoned[stage].Add(1) }
+
+// stageOf is where an exchange that ended with errClientGone stood.
+func stageOf(err error) int {
+	if errors.Is(err, errBodyAbandoned) {
+		return abandonedBody
+	}
+	return abandonedResponse
 }
 
 func (st *stats) countStatus(code int) {
@@ -483,6 +516,10 @@ func (s *Shim) Stats() Stats {
 		Replays:     s.stats.replays.Load(),
 		Parked:      s.stats.parked.Load(),
 		Answered:    map[int]uint64{},
+		Abandoned:   map[string]uint64{},
+	}
+	for i, name := range abandonedStages {
+		out.Abandoned[name] = s.stats.abandoned[i].Load()
 	}
 	for i := range out.BodyKeys {
 		out.BodyKeys[i] = s.stats.bodyKeys[i].Load()

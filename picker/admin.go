@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
+	"github.com/lmwarden/lmwarden/agent/placement"
 )
 
 // The picker's admin API (HTTP; docs/multihost.md). The model endpoints
@@ -58,17 +59,32 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		writeJSON(rw, http.StatusOK, m.Status())
 	})
 	mux.HandleFunc("GET /api/v1/sessions", func(rw http.ResponseWriter, r *http.Request) {
+		// One page, as the warden's own (docs/admin.md): one model here.
 		limit := adminapi.DefaultSessionsLimit
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit %q: want a number >= 0", v)})
+			if err != nil || n < 1 || n > adminapi.SessionsPageMax {
+				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit %q: want 1 to %d (a page; follow next for more)", v, adminapi.SessionsPageMax)})
 				return
 			}
 			limit = n
 		}
+		after := placement.NewestKey
+		if v := r.URL.Query().Get("after"); v != "" {
+			c, err := adminapi.ParseSessionCursor(v)
+			if err != nil || c.Model != 0 {
+				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("after %q: not a cursor of this picker", v)})
+				return
+			}
+			after = placement.SessionKey{LastSeen: c.LastSeen, Hash: c.Hash}
+		}
 		m := reg.Model()
-		writeJSON(rw, http.StatusOK, adminapi.SessionsResponse{Total: m.LiveSessions(), Sessions: m.Sessions(time.Now(), limit)})
+		rows, last := m.SessionsPage(time.Now(), after, limit)
+		out := adminapi.SessionsResponse{Total: m.LiveSessions(), Sessions: rows}
+		if len(rows) == limit {
+			out.Next = adminapi.SessionCursor{LastSeen: last.LastSeen, Hash: last.Hash}.String()
+		}
+		writeJSON(rw, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})

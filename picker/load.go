@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,17 +151,24 @@ func loadFrom(models []adminapi.ModelStatus, model string) (HostLoad, error) {
 }
 
 // hostSessions reads the live sessions of the model on a host (hashes
-// only: the host warden never had more).
+// only: the host warden never had more), page by page.
 func hostSessions(ctx context.Context, c *http.Client, h Host, model string) ([]adminapi.SessionInfo, error) {
-	u := h.Admin + "/api/v1/sessions?limit=0"
+	q := url.Values{"limit": {strconv.Itoa(adminapi.SessionsPageMax)}}
 	if model != "" {
-		u += "&model=" + url.QueryEscape(model)
+		q.Set("model", model)
 	}
-	var sr adminapi.SessionsResponse
-	if err := getJSON(ctx, c, u, &sr); err != nil {
-		return nil, err
+	var all []adminapi.SessionInfo
+	for {
+		var sr adminapi.SessionsResponse
+		if err := getJSON(ctx, c, h.Admin+"/api/v1/sessions?"+q.Encode(), &sr); err != nil {
+			return nil, err
+		}
+		all = append(all, sr.Sessions...)
+		if sr.Next == "" || len(sr.Sessions) == 0 {
+			return all, nil
+		}
+		q.Set("after", sr.Next)
 	}
-	return sr.Sessions, nil
 }
 
 // sessionTimeout bounds reading one host's session list (larger than a

@@ -10,12 +10,14 @@ type ModelsResponse struct {
 	Models []ModelStatus `json:"models"`
 }
 
-// SessionsResponse is the body of GET /api/v1/sessions.
+// SessionsResponse is the body of GET /api/v1/sessions: one page.
 type SessionsResponse struct {
 	// Total is the number of live sessions over the listed models; Sessions
 	// holds at most limit of them.
 	Total    int           `json:"total"`
 	Sessions []SessionInfo `json:"sessions"`
+	// Next is the ?after= of the next page ("": this was the last).
+	Next string `json:"next,omitempty"`
 }
 
 // AffinityRequest is the body of PUT /api/v1/models/{name}/affinity.
@@ -50,6 +52,12 @@ type SessionInfo struct {
 // ErrUnknownModel: no model has that name (admin API: 404).
 var ErrUnknownModel = errors.New("unknown model")
 
-// DefaultSessionsLimit bounds GET /api/v1/sessions without ?limit= (0 there
-// means no bound).
-const DefaultSessionsLimit = 10000
+// GET /api/v1/sessions reads one page: DefaultSessionsLimit sessions
+// without ?limit=, at most SessionsPageMax with it. A page costs the
+// warden a scan of its table and about 200 bytes of JSON a session, so a
+// read, whatever it asks, takes a bounded share of its memory; a client
+// that wants them all follows next.
+const (
+	DefaultSessionsLimit = 100
+	SessionsPageMax      = 1000
+)

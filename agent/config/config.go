@@ -79,13 +79,15 @@ type Config struct {
 	// request is aborted.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MaxConnections bounds the client connections of all frontends
-	// together; 0: derived from the descriptor limit at start (half of
-	// what is left after a reserve, at most 65536: each may need a
-	// replica connection too).
+	// together; 0: derived from the descriptor limit at start (a quarter
+	// of what is left after a reserve, at most 65536: a busy connection
+	// holds up to four descriptors, its own, a replica connection and a
+	// splice pipe). serve lowers a larger one to that.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerClient bounds the connections of one client
 	// address. At either bound the oldest idle connection is closed to
-	// make room; with none idle the new one is refused (503).
+	// make room (at the total bound, else a heavier client's request
+	// still waiting for its body); otherwise the new one is refused (503).
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// AdminTokenFile holds the bearer token every admin write must carry
 	// (docs/admin.md); "": DefaultAdminTokenFile(). The warden makes it
@@ -145,9 +147,15 @@ type ModelConfig struct {
 	// X-data-parallel-rank and X-Warden-Replica headers are honoured;
 	// from anyone else they are ignored (counted) and placement decides.
 	PinSources []string `yaml:"pin_sources"`
-	// MaxSessions bounds the session table (least recently used first
-	// out, sessions seen once before those that came back).
+	// MaxSessions bounds the session table; beyond it the session worth
+	// least goes, weighed by the tokens of its latest served turn and by
+	// how long ago (agent/placement/evict.go).
 	MaxSessions int `yaml:"max_sessions"`
+	// FrontendTakeover lets the kernel datapath serve the frontend even
+	// when a process other than the model's replicas listens on its port
+	// (that process then gets no new connections). Without it serve
+	// refuses such a frontend at start, naming the process.
+	FrontendTakeover bool `yaml:"frontend_takeover"`
 }
 
 // OneEndpoint reports whether the model uses deployment shape 2.

@@ -148,7 +148,7 @@ func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 // nothing overrides it); call with m.mu held.
 func (m *Model) parks(r Request) bool {
 	mode := m.peer.admission.cfg.Mode
-	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" &&
+	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" && !r.NonInference &&
 		(mode == config.AdmissionQueue || mode == config.AdmissionAuto)
 }
 

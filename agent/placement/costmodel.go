@@ -129,6 +129,11 @@ func (m *Model) peerSweep(now int64, budget int) {
 		}
 		h := ps.order[ps.cursor]
 		s := ps.sessions[h]
+		if s == nil { // forgotten with its table entry (peerForget)
+			ps.order[ps.cursor] = ps.order[len(ps.order)-1]
+			ps.order = ps.order[:len(ps.order)-1]
+			continue
+		}
 		last := max(s.lastEnd, s.lastPlace)
 		if s.inflight == 0 && s.live > 0 && now-last > idle {
 			m.setLive(s, 0, now)
@@ -141,6 +146,19 @@ func (m *Model) peerSweep(now int64, budget int) {
 		}
 		ps.cursor++
 	}
+}
+
+// peerForget drops session h from the cost model's records when it leaves
+// the session table (evicted or expired), unless a request of it is in
+// flight: so a flood of session ids leaves no more behind here than the
+// table's bound. Its place in ps.order goes at the sweep's next pass.
+func (m *Model) peerForget(h uint64) {
+	s := m.peer.sessions[h]
+	if s == nil || s.inflight > 0 {
+		return
+	}
+	m.setLive(s, 0, 0)
+	delete(m.peer.sessions, h)
 }
 
 // setLive counts ctx tokens of s as live on its replica (0: none); a

@@ -105,37 +105,45 @@ func TestRequestsAwaitingTheirBodyDoNotSteer(t *testing.T) {
 	}
 }
 
+// served places one turn of id with a body of the given bytes in hand and
+// ends it with status, as the shim does.
+func served(m *Model, id string, bytes int64, status int, at time.Time, nonInference bool) Placement {
+	p, _ := m.Place(Request{SessionID: id, PromptBytes: bytes, NonInference: nonInference, Now: at})
+	m.ObserveResponse(ResponseTiming{Replica: p.Replica, Status: status, SessionHash: p.SessionHash, BodyBytes: bytes}, at)
+	m.Done(p, at)
+	return p
+}
+
 func TestSessionTableStaysWithinItsBound(t *testing.T) {
 	m := hostileModel(t, func(mc *config.ModelConfig) { mc.MaxSessions = 1000 })
 	now := time.Now()
-	// 100 real conversations, each back for a second turn.
+	// 100 real conversations of two turns (a 10,000-token context).
 	for turn := range 2 {
 		for i := range 100 {
-			p, _ := m.Place(Request{SessionID: fmt.Sprintf("real-%d", i), Now: now.Add(time.Duration(turn) * time.Second)})
-			m.Done(p, now)
+			served(m, fmt.Sprintf("real-%d", i), 40000+int64(turn)*2000, 200, now.Add(time.Duration(turn)*time.Second), false)
 		}
 	}
-	// Then a flood of 10,000 fresh ids.
+	// Then a flood of 10,000 fresh ids, each sent twice (repetition
+	// alone must not buy a place), with small prompts.
 	flood := now.Add(2 * time.Second)
 	for i := range 10000 {
-		p, _ := m.Place(Request{SessionID: fmt.Sprintf("flood-%d", i), Now: flood})
-		m.Done(p, flood)
+		for range 2 {
+			served(m, fmt.Sprintf("flood-%d", i), 100, 200, flood, false)
+		}
 	}
 	st := m.Status()
 	if st.Sessions != 1000 || st.SessionsEvicted != 100+10000-1000 {
 		t.Errorf("%d sessions, %d evicted; want 1000 and %d", st.Sessions, st.SessionsEvicted, 100+10000-1000)
 	}
-	// The conversations that came back survived the flood.
+	// The real conversations survived the flood.
 	kept := 0
 	for i := range 100 {
-		p, _ := m.Place(Request{SessionID: fmt.Sprintf("real-%d", i), Now: flood})
-		if p.Kind == KindSticky {
+		if p := served(m, fmt.Sprintf("real-%d", i), 44000, 200, flood, false); p.Kind == KindSticky {
 			kept++
 		}
-		m.Done(p, flood)
 	}
 	if kept != 100 {
-		t.Errorf("%d of 100 returning conversations kept their pin through the flood", kept)
+		t.Errorf("%d of 100 real conversations kept their pin through the flood", kept)
 	}
 	// Live: only while active.
 	if st := m.Status(); st.ActiveSessions != 1000 {
@@ -147,20 +155,46 @@ func TestSessionTableStaysWithinItsBound(t *testing.T) {
 	}
 }
 
-// The recency lists stay consistent with the index through inserts,
-// turns, removals and growth (a reference of the same rules in Go maps).
-func TestSessionTableLRUMatchesAReference(t *testing.T) {
+// Requests that are not prompts (health checks, model lists) and turns a
+// replica refused neither make nor keep an entry.
+func TestOnlyServedInferenceKeepsAPlace(t *testing.T) {
+	m := hostileModel(t, func(mc *config.ModelConfig) { mc.MaxSessions = 100 })
+	now := time.Now()
+	for i := range 10 {
+		served(m, fmt.Sprintf("real-%d", i), 40000, 200, now, false)
+	}
+	for i := range 1000 {
+		served(m, fmt.Sprintf("probe-%d", i), 0, 200, now.Add(time.Second), true)
+	}
+	if st := m.Status(); st.Sessions != 10 || st.SessionsEvicted != 0 {
+		t.Errorf("after 1,000 health checks with fresh ids: %d sessions, %d evicted; want 10 and 0", st.Sessions, st.SessionsEvicted)
+	}
+	// Prompts the replica refused (400) weigh nothing: a flood of them
+	// with large bodies goes before the real conversations.
+	for i := range 1000 {
+		served(m, fmt.Sprintf("refused-%d", i), 200000, 400, now.Add(2*time.Second), false)
+	}
+	for i := range 10 {
+		if p := served(m, fmt.Sprintf("real-%d", i), 41000, 200, now.Add(3*time.Second), false); p.Kind != KindSticky {
+			t.Errorf("real-%d lost its pin to refused prompts (%v)", i, p.Kind)
+		}
+	}
+}
+
+// The eviction heap stays consistent with the index through inserts,
+// turns, credits, removals and growth.
+func TestSessionTableHeapStaysConsistent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	tab := newSessionTable(2, time.Hour, nil)
 	tab.setLimit(300)
 	for step := range 50000 {
 		h := uint64(rng.IntN(2000))<<8 | uint64(rng.IntN(4)) | 1 // clustered: long probe runs
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0, 1:
 			if i := tab.find(h); i >= 0 {
-				tab.turn(i, int64(step))
+				tab.turn(i, int64(step), int64(rng.IntN(20000)))
 			} else {
-				tab.turn(tab.insert(conversation{key: h, kind: ConvSession}, rng.IntN(2), int64(step)), int64(step))
+				tab.turn(tab.insert(conversation{key: h, kind: ConvSession}, rng.IntN(2), int64(step)), int64(step), -1)
 			}
 		case 2:
 			if i := tab.find(h); i >= 0 {
@@ -168,35 +202,32 @@ func TestSessionTableLRUMatchesAReference(t *testing.T) {
 			}
 		case 3:
 			tab.touchHash(h, int64(step))
+		case 4:
+			tab.credit(h, int64(rng.IntN(20000)), int64(step))
 		}
 		if step%997 == 0 {
-			checkLRU(t, tab)
+			checkHeap(t, tab)
 		}
 	}
-	checkLRU(t, tab)
+	checkHeap(t, tab)
 }
 
-// checkLRU walks both recency lists: every live slot is on exactly the
-// list of its segment, links agree both ways, counts match.
-func checkLRU(t *testing.T, tab *sessionTable) {
+// checkHeap: every live slot is in the heap exactly once at the position
+// it records, no parent is worth more than its children, counts match.
+func checkHeap(t *testing.T, tab *sessionTable) {
 	t.Helper()
-	seen := map[int]bool{}
-	for seg, l := range tab.lru {
-		n, prev := 0, int32(-1)
-		for i := l.head; i >= 0; i = tab.slots[i].next {
-			e := &tab.slots[i]
-			if e.hash == 0 || segment(e) != seg || e.prev != prev || seen[int(i)] {
-				t.Fatalf("segment %d: slot %d (hash %x, prev %d want %d) is wrong", seg, i, e.hash, e.prev, prev)
-			}
-			seen[int(i)] = true
-			prev = i
-			n++
-		}
-		if n != l.n || l.tail != prev {
-			t.Fatalf("segment %d: %d linked, counted %d, tail %d want %d", seg, n, l.n, l.tail, prev)
-		}
+	if len(tab.heap) != tab.count || tab.count > tab.max {
+		t.Fatalf("%d in the heap, %d in the table (bound %d)", len(tab.heap), tab.count, tab.max)
 	}
-	if len(seen) != tab.count || tab.count > tab.max {
-		t.Fatalf("%d linked, %d in the table (bound %d)", len(seen), tab.count, tab.max)
+	seen := map[int32]bool{}
+	for k, i := range tab.heap {
+		e := &tab.slots[i]
+		if e.hash == 0 || int(e.heapPos) != k || seen[i] {
+			t.Fatalf("heap[%d] = slot %d (hash %x, heapPos %d)", k, i, e.hash, e.heapPos)
+		}
+		seen[i] = true
+		if k > 0 && tab.less(i, tab.heap[(k-1)/2]) {
+			t.Fatalf("heap[%d] is worth less than its parent", k)
+		}
 	}
 }

@@ -31,6 +31,11 @@ type ResponseTiming struct {
 	Parked time.Duration
 	// Status is the replica's response status (relayed to the client).
 	Status int
+	// SessionHash is the placement's (0: none); BodyBytes the request
+	// body the replica took. A session's weight in the table is set from
+	// them (evict.go): the body's tokens on a 2xx, else 0.
+	SessionHash uint64
+	BodyBytes   int64
 }
 
 // Bucket bounds in seconds. Time to first byte spans a warm turn's tens of
@@ -175,6 +180,20 @@ func (m *Model) ObserveResponse(t ResponseTiming, now time.Time) {
 	if hook != nil {
 		hook(t, now)
 	}
+	if t.SessionHash != 0 {
+		m.credit(t, now)
+	}
+}
+
+// credit weighs the session of a turn that ended (evict.go).
+func (m *Model) credit(t ResponseTiming, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var tokens int64
+	if t.Status >= 200 && t.Status < 300 {
+		tokens = int64(m.promptTokens(Request{PromptBytes: t.BodyBytes}))
+	}
+	m.sessions.credit(t.SessionHash, tokens, now.UnixNano())
 }
 
 // LatencySnapshot is a copy of the histograms and status counts for the

@@ -86,6 +86,12 @@ type Request struct {
 	// steers other requests (a client that announces a body and never
 	// sends it must not push sessions off their replica).
 	BodyPending bool
+	// NonInference: the request is not a prompt for the model (a health
+	// check, a model list, metrics: anything but an inference API's
+	// POST). It is placed without its session: it neither creates nor
+	// refreshes an entry of the session table, so a client cannot fill
+	// the table, or keep entries in it, with requests that cost nothing.
+	NonInference bool
 	// Source is the client's address; PinnedHeader is honoured only from
 	// the model's pin_sources. The zero value (an in-process caller, the
 	// virtual bench) is trusted.
@@ -198,11 +204,14 @@ type Model struct {
 	// request being placed, for commit (conversation.go).
 	placing      conversation
 	placingBytes int64
-	noHealthy    uint64
-	retryFailed  uint64
-	vllmDecided  uint64 // affinity off, one endpoint: no replica of ours chosen
-	stayed       uint64 // known session, same replica as its pin
-	moved        uint64 // known session, another replica
+	// placingTokens is its prompt in tokens when its body is in hand
+	// (-1: not known yet), which weighs its session (evict.go).
+	placingTokens int64
+	noHealthy     uint64
+	retryFailed   uint64
+	vllmDecided   uint64 // affinity off, one endpoint: no replica of ours chosen
+	stayed        uint64 // known session, same replica as its pin
+	moved         uint64 // known session, another replica
 
 	// mean prompt size in tokens (EWMA of PromptBytes/4), for auto spill.
 	meanPromptTokens float64
@@ -272,6 +281,7 @@ func NewModel(mc config.ModelConfig, opts ModelOptions) (*Model, error) {
 		m.reps[i].hitRate.window = window
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
+	m.sessions.onRemove = m.peerForget
 	max := mc.MaxSessions
 	if max == 0 {
 		max = config.DefaultMaxSessions // a config built in code

@@ -128,24 +128,34 @@ func (m *Model) Place(r Request) (Placement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.placingBodyPending = r.BodyPending
-	defer func() { m.placingBodyPending = false }()
+	m.placingTokens = -1
+	defer func() { m.placingBodyPending, m.placingTokens = false, -1 }()
 	now := r.Now.UnixNano()
 	m.sessions.sweep(now, sweepPerPlace)
-	if r.PromptBytes > 0 {
+	if r.PromptBytes > 0 && !r.NonInference {
 		tokens := m.promptTokens(r)
 		if m.meanPromptTokens == 0 {
 			m.meanPromptTokens = tokens
 		} else {
 			m.meanPromptTokens += (tokens - m.meanPromptTokens) / 16
 		}
+		if !r.BodyPending {
+			m.placingTokens = int64(tokens)
+		}
 	}
-	conv := m.conversationOf(r)
-	m.keyed[conv.kind]++
+	var conv conversation
+	if !r.NonInference {
+		conv = m.conversationOf(r)
+	}
 	h := conv.key
 	pos := -1
-	if h != 0 {
+	switch {
+	case r.NonInference: // placed as if it had no key, and not counted
+	case h != 0:
+		m.keyed[conv.kind]++
 		pos = m.sessions.lookup(h, now)
-	} else {
+	default:
+		m.keyed[ConvNone]++
 		m.unaffined++ // whatever decides, a request without a conversation key is unaffined
 	}
 	if pos >= 0 {
@@ -218,7 +228,7 @@ func (m *Model) countStay(pos, i int) {
 // position pos (-1: none) active, and builds the Placement.
 func (m *Model) commit(i int, kind PlacementKind, h uint64, pos int, now int64) Placement {
 	if pos >= 0 {
-		m.sessions.turn(pos, now)
+		m.sessions.turn(pos, now, m.placingTokens)
 		if m.placing.key == h {
 			m.sessions.noteContext(pos, m.placing.change, m.placingBytes, i)
 		}

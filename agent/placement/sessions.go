@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
@@ -19,14 +20,16 @@ type SessionSink interface {
 	Delete(hash uint64)
 }
 
-// sessionEntry is one conversation: 48 bytes, inline in its slot of the
-// index, linked into its segment of the recency order (lru).
+// sessionEntry is one conversation: 56 bytes, inline in its slot of the
+// index, placed in the eviction heap (evict.go).
 type sessionEntry struct {
-	hash       uint64
-	parent     uint64 // the conversation it belongs under (a subagent's parent), 0: none
-	lastSeen   int64  // unix nanoseconds of the last request (placement or end)
-	prev, next int32  // neighbours in its segment's recency list (-1: none)
-	turns      uint32
+	hash     uint64
+	parent   uint64 // the conversation it belongs under (a subagent's parent), 0: none
+	lastSeen int64  // unix nanoseconds of the last request (placement or end)
+	prio     int64  // eviction priority: the table's clock when last placed or served, plus weight
+	heapPos  int32  // its index in the eviction heap
+	turns    uint32 // requests placed
+	weight   uint32 // tokens of its latest turn: the context its replica caches for it
 	// lastBytes is the body size of the conversation's latest request
 	// that carried its context (not a side request: conversation.go).
 	lastBytes uint32
@@ -34,10 +37,9 @@ type sessionEntry struct {
 	// side is 1 + the replica a smaller prompt of the conversation went
 	// to (0: none), until its next request says whether that prompt
 	// started the context over.
-	side      uint16
-	active    bool // counted in active[replica]
-	protected bool // in the protected segment (a second turn came)
-	kind      ConversationKind
+	side   uint16
+	active bool // counted in active[replica]
+	kind   ConversationKind
 }
 
 // ActiveWindow: a session with a request (start or end) within this time is
@@ -59,13 +61,12 @@ const MaxReplicas = 1 << 15
 // Deletion shifts the rest of the probe run back (no tombstones), and the
 // table doubles at 3/4 full.
 //
-// The table holds at most max sessions (0: no bound). A new session beyond
-// it evicts the least recently used one, in segments (a segmented LRU): a
-// session that has come back for a second turn is protected, and the
-// sessions seen once (what a flood of fresh ids is made of) are evicted
-// first, so a client that makes up session ids cannot push real
-// conversations off their replicas; the protected segment holds at most
-// protectedShare of the bound, its oldest going back to the other.
+// Only inference requests that were placed enter it (Request.NonInference).
+// It holds at most max sessions (0: no bound); a new session beyond it
+// evicts the one worth least, weighed by the tokens its latest turn sent
+// and by how long ago (evict.go): a client that makes up session ids, or
+// repeats them, with small requests cannot push real conversations off
+// their replicas.
 //
 // Expiry never scans on the request path: every placement examines
 // sweepPerPlace slots from a rotating cursor (amortised O(1)), the Warden
@@ -84,24 +85,16 @@ type sessionTable struct {
 	active  []int // active sessions per replica (ActiveWindow)
 	expired uint64
 	evicted uint64
-	// lru is the recency order of each segment (probation, protected):
-	// head is the least recently used.
-	lru [2]lruList
+	// heap orders the entries for eviction (slot indices, least worth
+	// first); clock is the priority of the last entry evicted (evict.go).
+	heap  []int32
+	clock int64
+	// grows counts the times the index doubled (a paged read that sees
+	// it change starts over: sessions_page.go).
+	grows int
+	// onRemove, if set, learns of every session that leaves the table.
+	onRemove func(hash uint64)
 }
-
-type lruList struct {
-	head, tail int32
-	n          int
-}
-
-// The segments of the recency order.
-const (
-	probation = 0 // seen once
-	protected = 1 // came back
-)
-
-// protectedShare of the bound may be protected sessions.
-const protectedShare = 0.8
 
 // sweepPerPlace slots are examined for expiry on every placement: at 3/8 to
 // 3/4 occupancy that is at least one entry per placement, as many as a new
@@ -117,7 +110,6 @@ func newSessionTable(replicas int, ttl time.Duration, sink SessionSink) *session
 		sink:   sink,
 		pinned: make([]int, replicas),
 		active: make([]int, replicas),
-		lru:    [2]lruList{{head: -1, tail: -1}, {head: -1, tail: -1}},
 	}
 }
 
@@ -132,60 +124,9 @@ func (t *sessionTable) live() int {
 	return n
 }
 
-func segment(e *sessionEntry) int {
-	if e.protected {
-		return protected
-	}
-	return probation
-}
-
-// linkTail appends slot i to the most recent end of its segment.
-func (t *sessionTable) linkTail(i int) {
-	e := &t.slots[i]
-	l := &t.lru[segment(e)]
-	e.prev, e.next = l.tail, -1
-	if l.tail >= 0 {
-		t.slots[l.tail].next = int32(i)
-	} else {
-		l.head = int32(i)
-	}
-	l.tail = int32(i)
-	l.n++
-}
-
-// unlink takes slot i out of its segment's list.
-func (t *sessionTable) unlink(i int) {
-	e := &t.slots[i]
-	l := &t.lru[segment(e)]
-	if e.prev >= 0 {
-		t.slots[e.prev].next = e.next
-	} else {
-		l.head = e.next
-	}
-	if e.next >= 0 {
-		t.slots[e.next].prev = e.prev
-	} else {
-		l.tail = e.prev
-	}
-	e.prev, e.next = -1, -1
-	l.n--
-}
-
-// moved points the neighbours of the entry just copied from slot from to
-// slot to at its new place.
+// moved points the heap at the entry just copied from slot from to slot to.
 func (t *sessionTable) moved(from, to int) {
-	e := &t.slots[to]
-	l := &t.lru[segment(e)]
-	if e.prev >= 0 {
-		t.slots[e.prev].next = int32(to)
-	} else if l.head == int32(from) {
-		l.head = int32(to)
-	}
-	if e.next >= 0 {
-		t.slots[e.next].prev = int32(to)
-	} else if l.tail == int32(from) {
-		l.tail = int32(to)
-	}
+	t.heap[t.slots[to].heapPos] = int32(to)
 }
 
 // find returns the slot of hash h, or -1, without looking at its age.
@@ -217,9 +158,10 @@ func (t *sessionTable) lookup(h uint64, now int64) int {
 }
 
 // insert adds conversation c pinned to replica; c.key (non-zero) must
-// not be present. At the bound, the least recently used session of the
-// probation segment (else of the protected one) makes room. It returns
-// the entry's slot (slots move when the table grows or an entry goes).
+// not be present. At the bound, the session worth least makes room
+// (evict.go). Its weight is unknown until a turn is placed (turn) or
+// served (credit). It returns the entry's slot (slots move when the table
+// grows or an entry goes).
 func (t *sessionTable) insert(c conversation, replica int, now int64) int {
 	if t.max > 0 && t.count >= t.max {
 		t.evict()
@@ -227,8 +169,8 @@ func (t *sessionTable) insert(c conversation, replica int, now int64) int {
 	if 4*(t.count+1) > 3*len(t.slots) {
 		t.grow()
 	}
-	i := t.place(sessionEntry{hash: c.key, parent: c.parent, kind: c.kind, lastSeen: now, replica: int16(replica), active: true})
-	t.linkTail(i)
+	i := t.place(sessionEntry{hash: c.key, parent: c.parent, kind: c.kind, lastSeen: now, prio: t.clock, replica: int16(replica), active: true})
+	t.heapPush(i)
 	t.count++
 	t.kinds[c.kind]++
 	t.pinned[replica]++
@@ -244,18 +186,6 @@ func (t *sessionTable) mirror(i int) {
 	}
 }
 
-// evict removes the least recently used session (lmwarden_sessions_evicted_total).
-func (t *sessionTable) evict() {
-	seg := probation
-	if t.lru[probation].n == 0 {
-		seg = protected
-	}
-	if i := t.lru[seg].head; i >= 0 {
-		t.remove(int(i))
-		t.evicted++
-	}
-}
-
 // place puts e into the first free slot of its probe run (not linked).
 func (t *sessionTable) place(e sessionEntry) int {
 	mask := len(t.slots) - 1
@@ -267,16 +197,14 @@ func (t *sessionTable) place(e sessionEntry) int {
 	return i
 }
 
-// grow doubles the index, keeping each segment's recency order.
+// grow doubles the index, keeping the eviction heap's order.
 func (t *sessionTable) grow() {
 	old := t.slots
-	lists := t.lru
 	t.slots = make([]sessionEntry, 2*len(old))
-	t.lru = [2]lruList{{head: -1, tail: -1}, {head: -1, tail: -1}}
-	for _, l := range lists {
-		for j := l.head; j >= 0; j = old[j].next {
-			t.linkTail(t.place(old[j]))
-		}
+	t.grows++
+	for k, j := range t.heap {
+		i := t.place(old[j])
+		t.heap[k] = int32(i)
 	}
 	t.cursor = 0
 }
@@ -306,8 +234,8 @@ func (t *sessionTable) repin(i, replica int) {
 	t.mirror(i)
 }
 
-// touch records activity of the session in slot i (it becomes the most
-// recently used of its segment).
+// touch records activity of the session in slot i: it is worth its
+// weight again from the table's clock now (evict.go).
 func (t *sessionTable) touch(i int, now int64) {
 	e := &t.slots[i]
 	if now > e.lastSeen {
@@ -317,29 +245,29 @@ func (t *sessionTable) touch(i int, now int64) {
 		e.active = true
 		t.active[e.replica]++
 	}
-	t.unlink(i)
-	t.linkTail(i)
+	e.prio = t.clock + int64(e.weight)
+	t.heapFix(int(e.heapPos))
 }
 
-// turn records a request placed for the session in slot i: activity, one
-// more turn, and from its second turn on a place in the protected segment.
-func (t *sessionTable) turn(i int, now int64) {
-	t.touch(i, now)
+// turn records a request placed for the session in slot i: activity and
+// one more turn; tokens (>= 0) is its prompt, known now (its body is in
+// hand), which weighs the session until the turn is served (credit).
+func (t *sessionTable) turn(i int, now int64, tokens int64) {
 	e := &t.slots[i]
 	e.turns++
-	if e.protected || e.turns < 2 {
-		return
+	if tokens >= 0 {
+		e.weight = uint32(min(tokens, math.MaxUint32))
 	}
-	t.unlink(i)
-	e.protected = true
-	t.linkTail(i)
-	if limit := int(protectedShare * float64(t.max)); t.max > 0 && t.lru[protected].n > max(limit, 1) {
-		// The oldest protected session goes back to probation, as the
-		// most recent of it.
-		j := int(t.lru[protected].head)
-		t.unlink(j)
-		t.slots[j].protected = false
-		t.linkTail(j)
+	t.touch(i, now)
+}
+
+// credit weighs the session h by a turn that ended: tokens is the prompt
+// the replica took and answered with success, or 0 (answered otherwise:
+// nothing the replica keeps is worth its place).
+func (t *sessionTable) credit(h uint64, tokens int64, now int64) {
+	if i := t.find(h); i >= 0 {
+		t.slots[i].weight = uint32(min(max(tokens, 0), math.MaxUint32))
+		t.touch(i, now)
 	}
 }
 
@@ -353,7 +281,7 @@ func (t *sessionTable) touchHash(h uint64, now int64) {
 // remove empties slot i and shifts later entries of the probe run back
 // into the hole (backward-shift deletion), so no probe run is broken.
 func (t *sessionTable) remove(i int) {
-	t.unlink(i)
+	t.heapRemove(int(t.slots[i].heapPos))
 	e := t.slots[i]
 	t.count--
 	t.kinds[e.kind]--
@@ -363,6 +291,9 @@ func (t *sessionTable) remove(i int) {
 	}
 	if t.sink != nil {
 		t.sink.Delete(e.hash)
+	}
+	if t.onRemove != nil {
+		t.onRemove(e.hash)
 	}
 	mask := len(t.slots) - 1
 	hole := i
@@ -416,19 +347,25 @@ func (t *sessionTable) snapshot(model string, now int64, limit int) []adminapi.S
 		if now-e.lastSeen > t.ttl {
 			continue
 		}
-		info := adminapi.SessionInfo{
-			Model:    model,
-			Hash:     fmt.Sprintf("%016x", e.hash),
-			Kind:     e.kind.String(),
-			Replica:  int(e.replica),
-			LastSeen: time.Unix(0, e.lastSeen).UTC(),
-			Turns:    e.turns,
-			Active:   e.active,
-		}
-		if e.parent != 0 {
-			info.Parent = fmt.Sprintf("%016x", e.parent)
-		}
+		info := sessionInfo(model, &e)
 		out = append(out, info)
 	}
 	return out
+}
+
+// sessionInfo is the admin API's view of entry e.
+func sessionInfo(model string, e *sessionEntry) adminapi.SessionInfo {
+	info := adminapi.SessionInfo{
+		Model:    model,
+		Hash:     fmt.Sprintf("%016x", e.hash),
+		Kind:     e.kind.String(),
+		Replica:  int(e.replica),
+		LastSeen: time.Unix(0, e.lastSeen).UTC(),
+		Turns:    e.turns,
+		Active:   e.active,
+	}
+	if e.parent != 0 {
+		info.Parent = fmt.Sprintf("%016x", e.parent)
+	}
+	return info
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/l7"
 )
 
 // raiseNoFile lets serve hold as many descriptors as the host allows: the
@@ -40,17 +44,49 @@ func raiseNoFile(log *slog.Logger) uint64 {
 	return lim.Cur
 }
 
-// maxConnections is the bound on client connections: the config's, or
-// half of the descriptors left after a reserve for the admin API, the
-// poller, the pinned maps and the logs, at most 65536.
-func maxConnections(configured int, nofile uint64) int {
+// descriptorsPerConn is the most descriptors one client connection holds
+// at once: its socket, a replica connection, and the two ends of the pipe
+// the userspace copy splices its body through. (A request waiting for its
+// body holds its socket alone: l7/bodywait.go.)
+const descriptorsPerConn = 4
+
+// descriptorReserve is kept for everything but client connections: the
+// admin API (256 connections), the poller, the pinned maps and programs,
+// the logs; pooledPerReplica more for each replica's pooled connections.
+const (
+	descriptorReserve = 1024
+	pooledPerReplica  = 32
+)
+
+// maxConnections is the bound on client connections: what the descriptor
+// limit carries when every connection holds descriptorsPerConn after the
+// reserve, at most 65536; a configured bound above that is lowered to it
+// (fits false), since descriptors would run out before the bound refused
+// anyone.
+func maxConnections(configured int, nofile uint64, replicas int) (n int, fits bool) {
+	reserve := uint64(descriptorReserve + pooledPerReplica*replicas)
+	carried := 16
+	if nofile > reserve+descriptorsPerConn*16 {
+		carried = int((nofile - reserve) / descriptorsPerConn)
+	}
 	if configured > 0 {
-		return configured
+		return min(configured, carried), configured <= carried
 	}
-	const reserve = 1024
-	n := 64
-	if nofile > reserve+2*64 {
-		n = int((nofile - reserve) / 2)
+	return min(carried, 65536), true
+}
+
+// connLimits are serve's connection bounds, logged.
+func connLimits(cfg *config.Config, nofile uint64, log *slog.Logger) *l7.ConnLimits {
+	replicas := 0
+	for _, m := range cfg.Models {
+		replicas += max(len(m.Replicas), 1)
 	}
-	return min(n, 65536)
+	n, fits := maxConnections(cfg.MaxConnections, nofile, replicas)
+	if !fits {
+		log.Warn("max_connections lowered to what the descriptor limit carries", "configured", cfg.MaxConnections, "max_connections", n,
+			"descriptor_limit", nofile, "why", fmt.Sprintf("a busy connection holds up to %d descriptors; raise LimitNOFILE= (systemd) or ulimit -n", descriptorsPerConn))
+	}
+	limits := l7.NewConnLimits(n, cfg.MaxConnectionsPerClient)
+	log.Info("connection bounds", "max_connections", limits.Max(), "max_connections_per_client", limits.PerClient(), "descriptor_limit", nofile)
+	return limits
 }

@@ -44,6 +44,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	hup := newReloader(log) // from now on SIGHUP reloads instead of killing (reload.go)
 
 	cfg, err := serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
 	if err != nil {
@@ -67,6 +68,8 @@ func runServe(args []string) error {
 		if err := checkNoLoop(cfg); err != nil {
 			return err
 		}
+	} else if err := checkFrontendTakeover(cfg); err != nil {
+		return err // frontend_takeover.go
 	}
 
 	var token string
@@ -103,11 +106,17 @@ func runServe(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var reload func() (*config.Config, error)
+	if *configFile != "" {
+		reload = func() (*config.Config, error) {
+			return serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
+		}
+	}
+	hup.start(ctx, w, reload)
 
 	// Frontends first: a port that is taken fails the start before anything runs.
 	upstreams := dp.upstreams()
-	limits := l7.NewConnLimits(maxConnections(cfg.MaxConnections, nofile), cfg.MaxConnectionsPerClient)
-	log.Info("connection bounds", "max_connections", limits.Max(), "max_connections_per_client", limits.PerClient())
+	limits := connLimits(cfg, nofile, log)
 	var shims []*l7.Shim
 	serveErr := make(chan error, len(w.Models()))
 	closeShims := func() {
@@ -134,8 +143,17 @@ func runServe(args []string) error {
 		})
 		shims = append(shims, s)
 		go func() { serveErr <- s.Serve(ln) }()
-		log.Info("serving", "model", m.Name(), "frontend", ln.Addr().String(),
-			"shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())
+		// The address clients use; with the kernel datapath the shim's own
+		// listener is an ephemeral loopback port the frontend is steered
+		// to (ss shows no listener on the frontend itself).
+		attrs := []any{"model", m.Name(), "frontend", m.Frontend()}
+		switch {
+		case strings.HasSuffix(m.Frontend(), ":0"):
+			attrs[3] = ln.Addr().String() // the port the kernel gave
+		case dp.kern != nil:
+			attrs = append(attrs, "steered_to", ln.Addr().String())
+		}
+		log.Info("serving", append(attrs, "shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())...)
 	}
 	w.Registry().MustRegister(l7.NewCollector(shims...))
 	w.Registry().MustRegister(dp.collectors()...)

@@ -66,15 +66,31 @@ func runSessions(args []string, out io.Writer) error {
 	return nil
 }
 
+// sessionsFromAdmin reads the sessions page by page (the API gives at
+// most adminapi.SessionsPageMax at a time) until --limit or the last.
 func sessionsFromAdmin(f sessionsFlags) (adminapi.SessionsResponse, error) {
 	q := url.Values{}
-	q.Set("limit", strconv.Itoa(f.limit))
 	if f.model != "" {
 		q.Set("model", f.model)
 	}
-	var resp adminapi.SessionsResponse
-	err := getAdminJSON(f.admin, "/api/v1/sessions?"+q.Encode(), &resp)
-	return resp, err
+	var all adminapi.SessionsResponse
+	for {
+		page := adminapi.SessionsPageMax
+		if f.limit > 0 {
+			page = min(page, f.limit-len(all.Sessions))
+		}
+		q.Set("limit", strconv.Itoa(page))
+		var resp adminapi.SessionsResponse
+		if err := getAdminJSON(f.admin, "/api/v1/sessions?"+q.Encode(), &resp); err != nil {
+			return all, err
+		}
+		all.Total = resp.Total
+		all.Sessions = append(all.Sessions, resp.Sessions...)
+		if resp.Next == "" || len(resp.Sessions) == 0 || (f.limit > 0 && len(all.Sessions) >= f.limit) {
+			return all, nil
+		}
+		q.Set("after", resp.Next)
+	}
 }
 
 // printSessions writes one aligned row per conversation, each subagent

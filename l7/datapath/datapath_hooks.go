@@ -81,3 +81,17 @@ type ResponseCarrier interface {
 // sending a single byte of the response (a pooled connection the replica
 // was closing as idle: the request may be sent again on a new one).
 var ErrNoResponse = errors.New("l7: upstream closed without a response")
+
+// QueuedRequest is implemented by a Datapath that may leave the current
+// request's head in the client's socket (the sk_skb datapath peeks a
+// connection's first head), or take the socket's receive queue over (a
+// socket in its SOCKHASH: what arrives meets the verdict, not the queue).
+// The shim waits for a request's body in the socket's queue before it
+// places the request (l7/bodywait.go), and must know where the body
+// starts there, or that it cannot wait there.
+type QueuedRequest interface {
+	// QueuedHead is how many bytes of the current request's head are
+	// still in c's socket, ahead of its body; taken reports a queue the
+	// datapath has taken over (the shim does not wait on it).
+	QueuedHead(c *Conn) (n int, taken bool)
+}
