@@ -29,8 +29,9 @@ import (
 //   - at the total bound, by closing the connection idle longest of
 //     anyone, else by ending the request that has waited longest for
 //     its body among the clients that hold more connections than the
-//     newcomer's (answered 503): a bystander gets in past a flood from
-//     a few addresses, and the flood's own newcomers are refused.
+//     newcomer's, or as many but that has waited past bodyWaitGrace
+//     (answered 503): a bystander gets in past a flood from a few
+//     addresses (whose own newcomers are refused) or from many.
 //
 // Requests in flight (busy) are never shed. The bound keeps the warden's
 // descriptors (a busy connection holds up to four: its socket, a replica
@@ -45,6 +46,14 @@ type ConnLimits struct {
 	idle          *list.List       // *limitEntry, longest idle first
 	body          *list.List       // *limitEntry, longest waiting for a body first
 	refused, shed [2]atomic.Uint64 // by bound: limitTotal, limitClient
+	clock         func() time.Time // nil: time.Now (tests set it)
+}
+
+func (l *ConnLimits) now() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Now()
 }
 
 // The bounds, as labels.
@@ -78,6 +87,7 @@ type limitEntry struct {
 	phase    connPhase
 	el       *list.Element // in l.idle or l.body (nil while busy)
 	addrEl   *list.Element // in its address's idle list
+	since    time.Time     // phaseBody: when it began to wait
 	released bool
 }
 
@@ -166,15 +176,22 @@ func (l *ConnLimits) victim(b int, addr netip.Addr) *limitEntry {
 	if e := quietest(l.idle); e != nil {
 		return e
 	}
-	mine := l.count(addr) + 1
+	mine, now := l.count(addr)+1, l.now()
 	el := l.body.Front()
 	for i := 0; el != nil && i < victimScan; i, el = i+1, el.Next() {
-		if e := el.Value.(*limitEntry); l.count(e.addr) > mine {
+		e := el.Value.(*limitEntry)
+		if theirs := l.count(e.addr); theirs > mine || (theirs >= mine && now.Sub(e.since) > bodyWaitGrace) {
 			return e
 		}
 	}
 	return nil
 }
+
+// bodyWaitGrace: a request that has waited this long for its body may be
+// ended for a newcomer from a client no heavier than its own (a client
+// sends its body right after its head; one from each of many addresses
+// that never does must not shut everyone else out either).
+const bodyWaitGrace = time.Second
 
 // quietest is the connection idle longest in idle whose client is not
 // sending it a request head right now: a head that has arrived and is not
@@ -231,6 +248,7 @@ func (l *ConnLimits) setPhase(e *limitEntry, p connPhase) (kept bool) {
 		e.addrEl = l.byAddr[e.addr].idle.PushBack(e)
 	case phaseBody:
 		e.el = l.body.PushBack(e)
+		e.since = l.now()
 	}
 	return true
 }

@@ -231,3 +231,22 @@ func checkHeap(t *testing.T, tab *sessionTable) {
 		}
 	}
 }
+
+// The cost model's records of sessions go with their table entries: a
+// flood of fresh ids leaves no more behind than the table's bound.
+func TestCostRecordsStayWithinTheTablesBound(t *testing.T) {
+	m := hostileModel(t, func(mc *config.ModelConfig) {
+		mc.MaxSessions = 100
+		mc.Policy = config.PolicyCost
+	})
+	now := time.Now()
+	for i := range 1000 {
+		served(m, fmt.Sprintf("flood-%d", i), 400, 200, now, false)
+	}
+	m.mu.Lock()
+	n := len(m.peer.sessions)
+	m.mu.Unlock()
+	if n > 100 {
+		t.Errorf("the cost model keeps %d sessions, the table at most 100", n)
+	}
+}
