@@ -104,7 +104,7 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 	out := newResponder(kind, req, id, len(prompt), plan, !s.cfg.NoPromptTokensDetails)
 	if req.stream {
 		if s.stream(w, r, sink, out, replica, id) {
-			s.observe(replica, kind, req, out, sink.result())
+			s.observe(replica, kind, req, out, sink.result(), r.Header)
 		}
 		return
 	}
@@ -121,15 +121,15 @@ func (s *Servers) serveGenerate(w http.ResponseWriter, r *http.Request, kind api
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out.whole(res))
-	s.observe(replica, kind, req, out, res)
+	s.observe(replica, kind, req, out, res, r.Header)
 }
 
 // observe tells ServerConfig.OnRequest about an answered request.
-func (s *Servers) observe(replica int, kind apiKind, req *parsedRequest, out *responder, res Result) {
+func (s *Servers) observe(replica int, kind apiKind, req *parsedRequest, out *responder, res Result, hdr http.Header) {
 	if s.cfg.OnRequest == nil || res.Err != nil {
 		return
 	}
-	rec := RequestRecord{Replica: replica, Model: req.model, Stream: req.stream,
+	rec := RequestRecord{Replica: replica, Model: req.model, Stream: req.stream, Header: hdr.Clone(),
 		PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens}
 	switch kind {
 	case apiAnthropic:

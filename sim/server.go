@@ -47,6 +47,9 @@ type RequestRecord struct {
 	OutputTokens int
 	StopReason   string // in the API's words: end_turn, tool_use, max_tokens, stop_sequence; stop, tool_calls, length
 	ToolCall     string // the tool a finished call named, if any
+	// Header is the request's header as the replica received it (what a
+	// warden in front forwarded).
+	Header http.Header
 }
 
 // Shapes of deployment (docs/architecture.md).

@@ -148,8 +148,8 @@ func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 // nothing overrides it); call with m.mu held.
 func (m *Model) parks(r Request) bool {
 	mode := m.peer.admission.cfg.Mode
-	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && r.SessionID != "" && !r.NonInference &&
-		(mode == config.AdmissionQueue || mode == config.AdmissionAuto)
+	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && !r.NonInference &&
+		(mode == config.AdmissionQueue || mode == config.AdmissionAuto) && m.conversationOf(r).key != 0
 }
 
 // maybePark parks r if admission says so; call with m.mu held.
@@ -158,10 +158,13 @@ func (m *Model) maybePark(r Request) (*Wait, error) {
 		return nil, nil
 	}
 	now := r.Now.UnixNano()
-	h := m.hasher.Hash(r.SessionID)
+	h := m.conversationOf(r).key
 	s := m.peer.sessions[h]
 	if s != nil && (s.live > 0 || s.inflight > 0) {
 		return nil, nil // a live session is never parked
+	}
+	if m.oversize(r) {
+		return nil, nil // no room would ever hold it (costmodel.go)
 	}
 	prompt := m.promptTokens(r)
 	a := &m.peer.admission

@@ -184,13 +184,20 @@ func TestAdmissionSessionKeepsItsRoomWhenNobodyWaitsOrTheRoomWouldNotHelp(t *tes
 	if w != nil {
 		t.Fatal("a session lost its room with nobody waiting")
 	}
-	// A 20k waiter would not fit even in the whole cache less a: a stays.
-	_, big := admit(t, m, "big", 20_000, epoch.Add(62*time.Second))
+	// c runs beside a throughout; a 9k waiter would not fit even in the
+	// cache less c (a waiter larger than the whole cache would not wait:
+	// costmodel.go, oversize): a stays.
+	c, _ := admit(t, m, "c", 4_500, epoch.Add(61*time.Second))
+	_, big := admit(t, m, "big", 9_000, epoch.Add(62*time.Second))
+	if big == nil {
+		t.Fatal("the 9k request found room")
+	}
 	m.Done(p, epoch.Add(2*time.Minute))
 	if st := m.AdmissionStats(); st.Yields != 0 || granted(big) {
 		t.Fatalf("yields %d, big granted %v: a yielded room that lets nobody in", st.Yields, granted(big))
 	}
 	m.Cancel(big)
+	m.Done(c, epoch.Add(2*time.Minute))
 }
 
 func TestAdmissionTimeoutGoesToTheLeastOverfullReplicaAndTakesNobodysRoom(t *testing.T) {

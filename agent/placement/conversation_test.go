@@ -232,3 +232,53 @@ func TestACompactedContextMovesAtOnceWhenTheClientSaysSo(t *testing.T) {
 		m.Done(p, epoch)
 	}
 }
+
+// Admission weighs conversations, not session ids: a subagent is not let
+// in on its live parent's room, and a conversation keyed by its body waits
+// like any other.
+func TestAdmissionParksSubagentsAndBodyKeyedConversationsByTheirOwnKey(t *testing.T) {
+	m := mustAdmissionModel(t, 1, 12_000, queue)
+	parent, w := admit(t, m, "s", 10_000, epoch)
+	if w != nil {
+		t.Fatal("the first session waits on an empty replica")
+	}
+	_, w, err := m.Admit(Request{SessionID: "s", AgentID: "a1", PromptBytes: promptBytes(10_000), Now: epoch})
+	if err != nil || w == nil {
+		t.Fatalf("a subagent with no room beside its live parent: wait %v, err %v", w, err)
+	}
+	if w.hash != m.conversationOf(Request{SessionID: "s", AgentID: "a1"}).key {
+		t.Errorf("parked under %x, not the subagent's key", w.hash)
+	}
+	m.Cancel(w)
+	_, w, err = m.Admit(Request{BodyStart: []byte("s\x00uq"), PromptBytes: promptBytes(10_000), Now: epoch})
+	if err != nil || w == nil {
+		t.Fatalf("a body-keyed conversation with no room: wait %v, err %v", w, err)
+	}
+	m.Cancel(w)
+	m.Done(parent, epoch)
+}
+
+// A conversation larger than every replica's cache can be held by none:
+// it never waits for room, takes none, and is counted cached nowhere.
+func TestAConversationLargerThanAnyCacheIsCachedNowhere(t *testing.T) {
+	m := mustAdmissionModel(t, 2, 100_000, queue)
+	a, _ := admit(t, m, "a", 90_000, epoch)
+	b, _ := admit(t, m, "b", 90_000, epoch)
+	p, w := admit(t, m, "huge", 150_000, epoch)
+	if w != nil {
+		t.Fatal("a conversation no cache holds waits for room")
+	}
+	s := m.peer.sessions[m.HashSession("huge")]
+	if s == nil || s.live != 0 || s.ctx != 0 {
+		t.Fatalf("its record %+v: counted live or cached", s)
+	}
+	m.Done(p, epoch)
+	if h := m.held(s); h != 0 {
+		t.Errorf("held %v after its turn", h)
+	}
+	if live := m.physical(p.Replica); live > 100_000 {
+		t.Errorf("live context %v on its replica: it took room", live)
+	}
+	m.Done(a, epoch)
+	m.Done(b, epoch)
+}

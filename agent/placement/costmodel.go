@@ -76,6 +76,9 @@ type peerSession struct {
 	// likelyEnded marks a session victims found idle long enough to have
 	// likely ended (for the counters).
 	likelyEnded bool
+	// oversize: its latest prompt was larger than any replica's cache
+	// (oversize): nothing of it is cached after its turn.
+	oversize bool
 }
 
 func newPeerState(replicas int) *peerState {
@@ -311,7 +314,7 @@ func (m *Model) peerDone(p Placement, now time.Time) {
 		}
 	}
 	s.lastEnd = t
-	if s.replica == p.Replica {
+	if s.replica == p.Replica && !s.oversize {
 		s.ctx = s.prompt + outputAllowance
 		s.touchedAt = pr.touched
 	}
@@ -407,7 +410,11 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	if h != 0 {
 		s = m.peer.sessions[h]
 	}
-	i := c.choose(m, s, prompt, now)
+	big := m.oversize(r)
+	i := -1
+	if !big {
+		i = c.choose(m, s, prompt, now)
+	}
 	if i < 0 {
 		i = m.leastLoaded(-1)
 	}
@@ -417,6 +424,13 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	}
 	m.peerRecord(h, s, i, prompt, now, arrived)
 	if h != 0 {
+		m.peer.sessions[h].oversize = big
+	}
+	if h != 0 && big { // it holds no room, and nothing of it stays cached
+		s = m.peer.sessions[h]
+		m.setLive(s, 0, now)
+		s.ctx = 0
+	} else if h != 0 {
 		s = m.peer.sessions[h]
 		s.waited += r.waited
 		if m.peer.admission.engaged {
@@ -454,4 +468,22 @@ func (m *Model) peerForgetContext(h uint64) {
 	if s := m.peer.sessions[h]; s != nil {
 		s.ctx = 0
 	}
+}
+
+// oversize says that r's prompt is larger than any replica's KV cache
+// (call with m.mu held): no replica can hold it, so it is never cached
+// anywhere, takes no room, and waits for none (vLLM refuses a prompt
+// longer than its max_model_len, which is at most its cache; such a
+// request is placed by load and answered by the replica).
+func (m *Model) oversize(r Request) bool {
+	if r.PromptBytes <= 0 {
+		return false
+	}
+	largest := 0.0
+	for i := range m.reps {
+		if m.reps[i].healthy {
+			largest = max(largest, m.capacity(i))
+		}
+	}
+	return largest > 0 && float64(r.PromptBytes)/bytesPerToken > largest
 }
