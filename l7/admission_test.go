@@ -25,7 +25,16 @@ func mustFullModel(tb testing.TB, url string, queueMax int, timeout time.Duratio
 	if err := m.SetAdmission(config.AdmissionConfig{Mode: config.AdmissionQueue, QueueMax: queueMax, Timeout: timeout}); err != nil {
 		tb.Fatal(err)
 	}
-	m.ObserveReplica(0, placement.ReplicaMetrics{Healthy: true, KVCapacityTokens: 16}, time.Now())
+	// A replica of 3,000 tokens held by a request in flight to the end
+	// of the test: every other session waits for room. (A cache smaller
+	// than the requests would not do: a prompt no cache holds never
+	// waits.)
+	m.ObserveReplica(0, placement.ReplicaMetrics{Healthy: true, KVCapacityTokens: 3_000}, time.Now())
+	holder, err := m.Place(placement.Request{SessionID: "holder", PromptBytes: 11_600, Now: time.Now()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Done(holder, time.Now()) })
 	return m
 }
 
