@@ -21,8 +21,9 @@ import "math"
 //
 // The blocks used more recently than s's are those of the sessions live
 // on its replica whose latest turn came after s's (each context once,
-// less the shared prefix, which every session keeps hot): they are
-// evicted after s's, and the new blocks eat into what is left.
+// less the shared prefix, which every session keeps hot, and less what
+// its turn computed, which took new blocks and is on the clock already):
+// they are evicted after s's, and the new blocks eat into what is left.
 
 // lruAdvance moves r's clock by one poll's new blocks; call with the
 // poll's metrics s, after a previous poll, when no counter went down.
@@ -44,7 +45,9 @@ func (m *Model) lruHeld(s *peerSession) float64 {
 	recent := 0.0
 	for _, x := range pr.holders {
 		if x != s && max(x.lastPlace, x.lastEnd) > s.lastEnd {
-			recent += math.Max(0, x.ctx-shared)
+			// what its latest turn found cached: the part it computed
+			// took new blocks, which the clock counts already
+			recent += math.Max(0, x.ctx-shared-x.pending)
 		}
 	}
 	room := m.capacity(s.replica) - shared - recent - since

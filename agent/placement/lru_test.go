@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,5 +45,37 @@ func TestHeldCountsOnlyTheBlocksNeighboursAllocate(t *testing.T) {
 	poll()
 	if h := m.held(s); h > 0 {
 		t.Fatalf("held %.0f of a's tokens after 34k new tokens beside b's 14k on a 40k cache", h)
+	}
+}
+
+func TestHeldCountsANewNeighbourOnceNotAsRecentAndAsNew(t *testing.T) {
+	// One 40k replica: a (12k) idle, then three new sessions of 8k each,
+	// every token of theirs computed (24k new blocks): a keeps its 12k
+	// beside them (12k + 24k fits in 40k). Counting their contexts as
+	// used more recently than a's as well as the new blocks they took
+	// made a look evicted, and cost moved sessions whose cache still held
+	// them (on the Mooncake trace, a third of the later turns).
+	m := mustModel(t, func(mc *config.ModelConfig) { mc.Policy = config.PolicyCost; mc.Replicas = mc.Replicas[:1] })
+	now := costEpoch
+	var prompt, gen float64
+	poll := func() {
+		now = now.Add(250 * time.Millisecond)
+		m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000,
+			PromptTokens: prompt, GenerationTokens: gen}, now)
+	}
+	poll()
+	a := mustPlace(t, m, Request{SessionID: "a", PromptBytes: promptBytes(12_000), Now: now})
+	prompt = 12_000
+	poll()
+	m.Done(a, now)
+	for k := range 3 {
+		p := mustPlace(t, m, Request{SessionID: fmt.Sprint("new", k), PromptBytes: promptBytes(8_000), Now: now})
+		prompt += 8_000
+		poll()
+		m.Done(p, now)
+	}
+	s := m.peer.sessions[m.HashSession("a")]
+	if h := m.held(s); h < s.ctx-1_000 {
+		t.Fatalf("held %.0f of a's %.0f tokens beside 24k new ones on a 40k cache", h, s.ctx)
 	}
 }
