@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/agent/placement"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -155,7 +156,7 @@ func TestAdminMetricsExposeLmwardenNames(t *testing.T) {
 	value := func(name string, labels map[string]string) float64 {
 		for _, mt := range fams[name].GetMetric() {
 			if labelsMatch(mt, labels) {
-				return sampleValue(mt)
+				return vllmmetrics.Value(mt)
 			}
 		}
 		t.Errorf("%s%v not found", name, labels)

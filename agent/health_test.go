@@ -12,6 +12,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 	"github.com/lmwarden/lmwarden/sim"
 )
 
@@ -86,7 +87,7 @@ func TestWardenInfoAndBuildInfoMetric(t *testing.T) {
 
 	fams := mustScrape(t, base)
 	bi := fams["lmwarden_build_info"].GetMetric()
-	if len(bi) != 1 || !labelsMatch(bi[0], map[string]string{"version": "v9.8.7", "revision": "abc123-dirty", "goversion": "go1.99"}) || sampleValue(bi[0]) != 1 {
+	if len(bi) != 1 || !labelsMatch(bi[0], map[string]string{"version": "v9.8.7", "revision": "abc123-dirty", "goversion": "go1.99"}) || vllmmetrics.Value(bi[0]) != 1 {
 		t.Fatalf("lmwarden_build_info %v", bi)
 	}
 }
@@ -99,7 +100,7 @@ func mustScrape(tb testing.TB, base string) map[string]*dto.MetricFamily {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	fams, err := ParseMetrics(resp.Body, resp.Header)
+	fams, err := vllmmetrics.Parse(resp.Body, resp.Header)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -2,39 +2,16 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/lmwarden/lmwarden/agent/placement"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 )
-
-// vLLM metric names, newest generation first. prometheus_client (Python)
-// writes a counter's family as name_total in the text format, other
-// exporters as name; both spellings are looked up.
-var (
-	namesRunning       = []string{"vllm:num_requests_running"}
-	namesWaiting       = []string{"vllm:num_requests_waiting"}
-	namesKVUsage       = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}
-	namesPrefixQueries = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}
-	namesPrefixHits    = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}
-	namesPromptTokens  = []string{"vllm:prompt_tokens_total", "vllm:prompt_tokens"}
-	namesGenTokens     = []string{"vllm:generation_tokens_total", "vllm:generation_tokens"}
-	namesTTFT          = []string{"vllm:time_to_first_token_seconds"}
-	namesCacheConfig   = []string{"vllm:cache_config_info"}
-)
-
-// scrapeAccept asks for the classic text format (what vLLM serves); the
-// response's Content-Type still decides how it is parsed.
-const scrapeAccept = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
-
-// maxScrapeBytes bounds one /metrics body (vLLM's is tens of KiB).
-const maxScrapeBytes = 16 << 20
 
 // scrapeHealth reads base/health: any 2xx is healthy.
 func scrapeHealth(ctx context.Context, c *http.Client, base string) error {
@@ -61,7 +38,7 @@ func scrapeMetrics(ctx context.Context, c *http.Client, base string) (map[string
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", scrapeAccept)
+	req.Header.Set("Accept", vllmmetrics.Accept)
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrScrape, err)
@@ -70,29 +47,11 @@ func scrapeMetrics(ctx context.Context, c *http.Client, base string) (map[string
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%w: %s/metrics: %s", ErrScrape, base, resp.Status)
 	}
-	return ParseMetrics(io.LimitReader(resp.Body, maxScrapeBytes), resp.Header)
-}
-
-// ParseMetrics decodes a Prometheus exposition with expfmt in the format
-// its header names; an unknown or missing Content-Type is read as the
-// classic text format. The bench reads replicas' /metrics with it too.
-func ParseMetrics(r io.Reader, h http.Header) (map[string]*dto.MetricFamily, error) {
-	format := expfmt.ResponseFormat(h)
-	if format.FormatType() == expfmt.TypeUnknown {
-		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	fams, err := vllmmetrics.Parse(io.LimitReader(resp.Body, vllmmetrics.MaxBytes), resp.Header)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrScrape, err)
 	}
-	dec := expfmt.NewDecoder(r, format)
-	fams := map[string]*dto.MetricFamily{}
-	for {
-		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); err != nil {
-			if errors.Is(err, io.EOF) {
-				return fams, nil
-			}
-			return nil, fmt.Errorf("%w: %v", ErrScrape, err)
-		}
-		fams[mf.GetName()] = &mf
-	}
+	return fams, nil
 }
 
 // replicaMetricsFrom extracts the numbers placement needs. perEngine: the
@@ -108,72 +67,38 @@ func replicaMetricsFrom(fams map[string]*dto.MetricFamily, perEngine bool, out [
 		if !perEngine {
 			return 0
 		}
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "engine" {
-				if e, err := strconv.Atoi(l.GetValue()); err == nil && e >= 0 && e < len(out) {
-					return e
-				}
-				return -1
+		if v, ok := vllmmetrics.Label(m, vllmmetrics.LabelEngine); ok {
+			if e, err := strconv.Atoi(v); err == nil && e >= 0 && e < len(out) {
+				return e
 			}
+			return -1
 		}
 		return 0
 	}
 	each := func(names []string, fn func(i int, m *dto.Metric)) {
-		for _, n := range names {
-			mf, ok := fams[n]
-			if !ok {
-				continue
+		for _, m := range vllmmetrics.Find(fams, names).GetMetric() {
+			if i := slot(m); i >= 0 {
+				fn(i, m)
 			}
-			for _, m := range mf.GetMetric() {
-				if i := slot(m); i >= 0 {
-					fn(i, m)
-				}
-			}
-			return // the first generation found wins
 		}
 	}
-	each(namesRunning, func(i int, m *dto.Metric) { out[i].Running += sampleValue(m) })
-	each(namesWaiting, func(i int, m *dto.Metric) { out[i].Waiting += sampleValue(m) })
+	each(vllmmetrics.Running, func(i int, m *dto.Metric) { out[i].Running += vllmmetrics.Value(m) })
+	each(vllmmetrics.Waiting, func(i int, m *dto.Metric) { out[i].Waiting += vllmmetrics.Value(m) })
 	kvN := make([]int, len(out))
-	each(namesKVUsage, func(i int, m *dto.Metric) { out[i].KVUsage += sampleValue(m); kvN[i]++ })
+	each(vllmmetrics.KVUsage, func(i int, m *dto.Metric) { out[i].KVUsage += vllmmetrics.Value(m); kvN[i]++ })
 	for i := range out {
 		if kvN[i] > 1 {
 			out[i].KVUsage /= float64(kvN[i])
 		}
 	}
-	each(namesPrefixQueries, func(i int, m *dto.Metric) { out[i].PrefixQueries += sampleValue(m) })
-	each(namesPrefixHits, func(i int, m *dto.Metric) { out[i].PrefixHits += sampleValue(m) })
-	each(namesPromptTokens, func(i int, m *dto.Metric) { out[i].PromptTokens += sampleValue(m) })
-	each(namesGenTokens, func(i int, m *dto.Metric) { out[i].GenerationTokens += sampleValue(m) })
-	each(namesTTFT, func(i int, m *dto.Metric) {
-		if h := m.GetHistogram(); h != nil {
-			out[i].TTFTSum += h.GetSampleSum()
-			out[i].TTFTCount += float64(h.GetSampleCount())
-		}
+	each(vllmmetrics.PrefixQueries, func(i int, m *dto.Metric) { out[i].PrefixQueries += vllmmetrics.Value(m) })
+	each(vllmmetrics.PrefixHits, func(i int, m *dto.Metric) { out[i].PrefixHits += vllmmetrics.Value(m) })
+	each(vllmmetrics.PromptTokens, func(i int, m *dto.Metric) { out[i].PromptTokens += vllmmetrics.Value(m) })
+	each(vllmmetrics.GenerationTokens, func(i int, m *dto.Metric) { out[i].GenerationTokens += vllmmetrics.Value(m) })
+	each(vllmmetrics.TTFT, func(i int, m *dto.Metric) {
+		sum, count := vllmmetrics.Histogram(m)
+		out[i].TTFTSum += sum
+		out[i].TTFTCount += count
 	})
-	each(namesCacheConfig, func(i int, m *dto.Metric) {
-		var blocks, size float64
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "num_gpu_blocks":
-				blocks, _ = strconv.ParseFloat(l.GetValue(), 64)
-			case "block_size":
-				size, _ = strconv.ParseFloat(l.GetValue(), 64)
-			}
-		}
-		out[i].KVCapacityTokens += blocks * size
-	})
-}
-
-// sampleValue reads a gauge, counter or untyped sample.
-func sampleValue(m *dto.Metric) float64 {
-	switch {
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	case m.GetUntyped() != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
+	each(vllmmetrics.CacheConfig, func(i int, m *dto.Metric) { out[i].KVCapacityTokens += vllmmetrics.KVCapacityTokens(m) })
 }

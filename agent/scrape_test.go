@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/lmwarden/agent/placement"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 )
 
 // Two generations of vLLM's exposition (text format, as prometheus_client
@@ -54,7 +55,7 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="qwen"} 4.0
 
 func TestScrapeReadsOldMetricNames(t *testing.T) {
 	h := http.Header{"Content-Type": {"text/plain; version=0.0.4; charset=utf-8"}}
-	fams, err := ParseMetrics(strings.NewReader(oldGenerationMetrics), h)
+	fams, err := vllmmetrics.Parse(strings.NewReader(oldGenerationMetrics), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestScrapeReadsOldMetricNames(t *testing.T) {
 }
 
 func TestScrapeSplitsRanksByEngineLabel(t *testing.T) {
-	fams, err := ParseMetrics(strings.NewReader(perEngineMetrics), http.Header{}) // no Content-Type: text
+	fams, err := vllmmetrics.Parse(strings.NewReader(perEngineMetrics), http.Header{}) // no Content-Type: text
 	if err != nil {
 		t.Fatal(err)
 	}

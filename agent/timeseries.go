@@ -25,8 +25,8 @@ const (
 )
 
 // TokenCounters are one replica's cumulative counters at one poll, as vLLM
-// exports them (vllm:prompt_tokens_total, vllm:prefix_cache_queries_total,
-// vllm:prefix_cache_hits_total, vllm:generation_tokens_total).
+// exports them (vllmmetrics.PromptTokens, PrefixQueries, PrefixHits and
+// GenerationTokens).
 type TokenCounters struct {
 	PromptTokens     float64
 	PrefixQueries    float64

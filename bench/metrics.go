@@ -7,27 +7,11 @@ import (
 	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/lmwarden/lmwarden/agent"
-)
-
-// vLLM's metric names, newest generation first. prometheus_client (Python)
-// writes a counter's family as name_total, other exporters as name.
-var (
-	metricRunning   = []string{"vllm:num_requests_running"}
-	metricWaiting   = []string{"vllm:num_requests_waiting"}
-	metricQueries   = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}
-	metricHits      = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}
-	metricRequests  = []string{"vllm:request_success_total", "vllm:request_success"}
-	metricGenerated = []string{"vllm:generation_tokens_total", "vllm:generation_tokens"}
-	// the KV cache's size, as labels of an info gauge
-	metricCacheConfig = []string{"vllm:cache_config_info"}
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 )
 
 // metricsSource is one /metrics URL; it may hold several replicas (the
@@ -43,7 +27,7 @@ func (s metricsSource) scrape(ctx context.Context, c *http.Client) (map[string]*
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	req.Header.Set("Accept", vllmmetrics.Accept)
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
@@ -52,84 +36,43 @@ func (s metricsSource) scrape(ctx context.Context, c *http.Client) (map[string]*
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", s.url, resp.Status)
 	}
-	return parseReplicaMetrics(io.LimitReader(resp.Body, 16<<20), resp.Header)
+	return parseReplicaMetrics(io.LimitReader(resp.Body, vllmmetrics.MaxBytes), resp.Header)
 }
 
 // parseReplicaMetrics decodes an exposition with expfmt in the format its
 // header names (classic text when unknown).
 func parseReplicaMetrics(r io.Reader, h http.Header) (map[string]*replicaSample, error) {
-	fams, err := agent.ParseMetrics(r, h)
+	fams, err := vllmmetrics.Parse(r, h)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]*replicaSample{}
 	each := func(names []string, add func(s *replicaSample, v float64)) {
-		for _, n := range names {
-			mf, ok := fams[n]
-			if !ok {
-				continue
+		for _, m := range vllmmetrics.Find(fams, names).GetMetric() {
+			e := vllmmetrics.Engine(m)
+			if out[e] == nil {
+				out[e] = &replicaSample{}
 			}
-			for _, m := range mf.GetMetric() {
-				e := engineLabel(m)
-				if out[e] == nil {
-					out[e] = &replicaSample{}
-				}
-				add(out[e], metricValue(m))
-			}
-			return // the first generation found wins
+			add(out[e], vllmmetrics.Value(m))
 		}
 	}
-	each(metricRunning, func(s *replicaSample, v float64) { s.Running += v })
-	each(metricWaiting, func(s *replicaSample, v float64) { s.Waiting += v })
-	each(metricQueries, func(s *replicaSample, v float64) { s.PrefixQueries += v })
-	each(metricHits, func(s *replicaSample, v float64) { s.PrefixHits += v })
-	each(metricRequests, func(s *replicaSample, v float64) { s.RequestsDone += v })
-	each(metricGenerated, func(s *replicaSample, v float64) { s.GenerationTokens += v })
-	for _, mf := range fams[metricCacheConfig[0]].GetMetric() {
-		if s := out[engineLabel(mf)]; s != nil {
-			s.KVCapacity += kvCapacityTokens(mf)
+	each(vllmmetrics.Running, func(s *replicaSample, v float64) { s.Running += v })
+	each(vllmmetrics.Waiting, func(s *replicaSample, v float64) { s.Waiting += v })
+	each(vllmmetrics.PrefixQueries, func(s *replicaSample, v float64) { s.PrefixQueries += v })
+	each(vllmmetrics.PrefixHits, func(s *replicaSample, v float64) { s.PrefixHits += v })
+	each(vllmmetrics.RequestSuccess, func(s *replicaSample, v float64) { s.RequestsDone += v })
+	each(vllmmetrics.GenerationTokens, func(s *replicaSample, v float64) { s.GenerationTokens += v })
+	// the cache's size only for replicas that export load: an info series
+	// alone is no replica
+	for _, m := range fams[vllmmetrics.CacheConfig[0]].GetMetric() {
+		if s := out[vllmmetrics.Engine(m)]; s != nil {
+			s.KVCapacity += vllmmetrics.KVCapacityTokens(m)
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: no vLLM series (vllm:num_requests_running) in the exposition", ErrNoReplicas)
+		return nil, fmt.Errorf("%w: no vLLM series (%s) in the exposition", ErrNoReplicas, vllmmetrics.Running[0])
 	}
 	return out, nil
-}
-
-// kvCapacityTokens is num_gpu_blocks × block_size of a cache_config_info
-// series (0 when either label is missing).
-func kvCapacityTokens(m *dto.Metric) float64 {
-	var blocks, size float64
-	for _, l := range m.GetLabel() {
-		switch l.GetName() {
-		case "num_gpu_blocks":
-			blocks, _ = strconv.ParseFloat(l.GetValue(), 64)
-		case "block_size":
-			size, _ = strconv.ParseFloat(l.GetValue(), 64)
-		}
-	}
-	return blocks * size
-}
-
-func engineLabel(m *dto.Metric) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == "engine" {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func metricValue(m *dto.Metric) float64 {
-	switch {
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetUntyped() != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
 }
 
 // replicaKey names one replica: its metrics URL and engine label.

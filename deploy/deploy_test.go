@@ -21,6 +21,7 @@ import (
 	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
 	"github.com/lmwarden/lmwarden/internal/testutil"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 	"github.com/lmwarden/lmwarden/l7"
 	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/sim"
@@ -216,7 +217,7 @@ func (wd *world) scraped(t *testing.T) (names, histograms map[string]bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fams, err := agent.ParseMetrics(resp.Body, resp.Header)
+		fams, err := vllmmetrics.Parse(resp.Body, resp.Header)
 		resp.Body.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 )
 
 // Measuring a running vLLM-compatible replica (`lmwarden sim calibrate`):
@@ -98,7 +98,7 @@ func (m *meter) run(ctx context.Context) (*Measurement, error) {
 		return nil, err
 	}
 	if c.blockSize < 1 || c.numBlocks < 2 {
-		return nil, fmt.Errorf("%w: %s reports no vllm:cache_config_info with block_size and num_gpu_blocks", errMeasure, m.cfg.URL)
+		return nil, fmt.Errorf("%w: %s reports no %s with block_size and num_gpu_blocks", errMeasure, m.cfg.URL, vllmmetrics.CacheConfig[0])
 	}
 	modelID, maxLen, err := m.models(ctx)
 	if err != nil {
@@ -391,7 +391,7 @@ func (m *meter) decode(ctx context.Context, batch, promptTokens, out int) (float
 	}
 	n := after.itlCount - before.itlCount
 	if n <= 0 {
-		return 0, 0, fmt.Errorf("%w: the replica exports no inter-token latency histogram (vllm:inter_token_latency_seconds)", errMeasure)
+		return 0, 0, fmt.Errorf("%w: the replica exports no inter-token latency histogram (%s)", errMeasure, vllmmetrics.ITL[0])
 	}
 	var mean float64
 	for _, sz := range sizes {
@@ -476,8 +476,7 @@ func (m *meter) scrape(ctx context.Context) (replicaReport, error) {
 		return r, fmt.Errorf("%w: %v", errMeasure, err)
 	}
 	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := vllmmetrics.Parse(io.LimitReader(resp.Body, vllmmetrics.MaxBytes), resp.Header)
 	if err != nil {
 		return r, fmt.Errorf("%w: %s/metrics: %v", errMeasure, m.cfg.URL, err)
 	}
@@ -485,46 +484,33 @@ func (m *meter) scrape(ctx context.Context) (replicaReport, error) {
 	if m.cfg.Rank >= 0 {
 		engine = strconv.Itoa(m.cfg.Rank)
 	}
-	pick := func(names ...string) []*dto.Metric {
-		for _, n := range names {
-			if f, ok := fams[n]; ok {
-				var one, match []*dto.Metric
-				for _, mm := range f.Metric {
-					one = append(one, mm)
-					for _, l := range mm.Label {
-						if l.GetName() == "engine" && l.GetValue() == engine {
-							match = append(match, mm)
-						}
-					}
-				}
-				if len(match) > 0 {
-					return match
-				}
-				return one[:1]
+	// pick returns the series of the measured engine, or the first series
+	// when none carries its engine label (a replica of its own)
+	pick := func(names []string) []*dto.Metric {
+		all := vllmmetrics.Find(fams, names).GetMetric()
+		var match []*dto.Metric
+		for _, mm := range all {
+			if e, ok := vllmmetrics.Label(mm, vllmmetrics.LabelEngine); ok && e == engine {
+				match = append(match, mm)
 			}
 		}
-		return nil
-	}
-	for _, mm := range pick("vllm:cache_config_info") {
-		for _, l := range mm.Label {
-			switch l.GetName() {
-			case "block_size":
-				r.blockSize, _ = strconv.Atoi(l.GetValue())
-			case "num_gpu_blocks":
-				r.numBlocks, _ = strconv.Atoi(l.GetValue())
-			case "gpu_memory_utilization":
-				r.gpuUtil, _ = strconv.ParseFloat(l.GetValue(), 64)
-			}
+		if len(match) > 0 || len(all) == 0 {
+			return match
 		}
+		return all[:1]
 	}
-	for _, mm := range pick("vllm:time_to_first_token_seconds") {
-		r.ttftSum, r.ttftCount = mm.GetHistogram().GetSampleSum(), float64(mm.GetHistogram().GetSampleCount())
+	for _, mm := range pick(vllmmetrics.CacheConfig) {
+		c := vllmmetrics.ReadCacheConfig(mm)
+		r.blockSize, r.numBlocks, r.gpuUtil = c.BlockSize, c.NumGPUBlocks, c.GPUMemoryUtilization
 	}
-	for _, mm := range pick("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds") {
-		r.itlSum, r.itlCount = mm.GetHistogram().GetSampleSum(), float64(mm.GetHistogram().GetSampleCount())
+	for _, mm := range pick(vllmmetrics.TTFT) {
+		r.ttftSum, r.ttftCount = vllmmetrics.Histogram(mm)
 	}
-	for _, mm := range pick("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total") {
-		r.hits = mm.GetCounter().GetValue()
+	for _, mm := range pick(vllmmetrics.ITL) {
+		r.itlSum, r.itlCount = vllmmetrics.Histogram(mm)
+	}
+	for _, mm := range pick(vllmmetrics.PrefixHits) {
+		r.hits = vllmmetrics.Value(mm)
 	}
 	return r, nil
 }

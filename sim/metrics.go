@@ -4,23 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// vLLM's metric names, types, label names and HELP strings
-// (vllm/v1/metrics/loggers.py). Counters carry the _total suffix that
-// prometheus_client adds on the wire.
-const (
-	metricRunning          = "vllm:num_requests_running"
-	metricWaiting          = "vllm:num_requests_waiting"
-	metricKVUsage          = "vllm:kv_cache_usage_perc"
-	metricPrefixQueries    = "vllm:prefix_cache_queries_total"
-	metricPrefixHits       = "vllm:prefix_cache_hits_total"
-	metricPromptTokens     = "vllm:prompt_tokens_total"
-	metricGenerationTokens = "vllm:generation_tokens_total"
-	metricPreemptions      = "vllm:num_preemptions_total"
-	metricTTFT             = "vllm:time_to_first_token_seconds"
-	metricITL              = "vllm:inter_token_latency_seconds"
-	metricCacheConfig      = "vllm:cache_config_info"
+	"github.com/lmwarden/lmwarden/internal/vllmmetrics"
 )
 
 // ttftBuckets are vLLM's buckets for time to first token.
@@ -31,7 +16,7 @@ var ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.2
 var itlBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
 	1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 
-var engineLabels = []string{"model_name", "engine"}
+var engineLabels = []string{vllmmetrics.LabelModel, vllmmetrics.LabelEngine}
 
 // replicaCollector exports the engines behind one listener: in the ports
 // shape one engine labelled engine="0" (an independent vllm serve), in the
@@ -48,24 +33,28 @@ type replicaCollector struct {
 	cacheConfig                                   *prometheus.Desc
 }
 
+// newReplicaRegistry exports vLLM's series (vllm/v1/metrics/loggers.py):
+// names from package vllmmetrics (the first, current, one of each list),
+// types, label names and HELP strings as vLLM writes them. Counters carry
+// the _total suffix that prometheus_client adds on the wire.
 func newReplicaRegistry(p *pacer, model string, profile Profile, replicas []int, labels []string) *prometheus.Registry {
 	c := &replicaCollector{
 		p: p, model: model, profile: profile, replicas: replicas, labels: labels,
-		running:     prometheus.NewDesc(metricRunning, "Number of requests in model execution batches.", engineLabels, nil),
-		waiting:     prometheus.NewDesc(metricWaiting, "Number of requests waiting to be processed.", engineLabels, nil),
-		kvUsage:     prometheus.NewDesc(metricKVUsage, "KV-cache usage. 1 means 100 percent usage.", engineLabels, nil),
-		queries:     prometheus.NewDesc(metricPrefixQueries, "Prefix cache queries, in terms of number of queried tokens.", engineLabels, nil),
-		hits:        prometheus.NewDesc(metricPrefixHits, "Prefix cache hits, in terms of number of cached tokens.", engineLabels, nil),
-		prompt:      prometheus.NewDesc(metricPromptTokens, "Number of prefill tokens processed.", engineLabels, nil),
-		generation:  prometheus.NewDesc(metricGenerationTokens, "Number of generation tokens processed.", engineLabels, nil),
-		preemption:  prometheus.NewDesc(metricPreemptions, "Cumulative number of preemption from the engine.", engineLabels, nil),
-		cacheConfig: prometheus.NewDesc(metricCacheConfig, "Information of the LLMCache", cacheConfigLabels, nil),
+		running:     prometheus.NewDesc(vllmmetrics.Running[0], "Number of requests in model execution batches.", engineLabels, nil),
+		waiting:     prometheus.NewDesc(vllmmetrics.Waiting[0], "Number of requests waiting to be processed.", engineLabels, nil),
+		kvUsage:     prometheus.NewDesc(vllmmetrics.KVUsage[0], "KV-cache usage. 1 means 100 percent usage.", engineLabels, nil),
+		queries:     prometheus.NewDesc(vllmmetrics.PrefixQueries[0], "Prefix cache queries, in terms of number of queried tokens.", engineLabels, nil),
+		hits:        prometheus.NewDesc(vllmmetrics.PrefixHits[0], "Prefix cache hits, in terms of number of cached tokens.", engineLabels, nil),
+		prompt:      prometheus.NewDesc(vllmmetrics.PromptTokens[0], "Number of prefill tokens processed.", engineLabels, nil),
+		generation:  prometheus.NewDesc(vllmmetrics.GenerationTokens[0], "Number of generation tokens processed.", engineLabels, nil),
+		preemption:  prometheus.NewDesc(vllmmetrics.Preemptions[0], "Cumulative number of preemption from the engine.", engineLabels, nil),
+		cacheConfig: prometheus.NewDesc(vllmmetrics.CacheConfig[0], "Information of the LLMCache", cacheConfigLabels, nil),
 	}
 	ttft := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: metricTTFT, Help: "Histogram of time to first token in seconds.", Buckets: ttftBuckets,
+		Name: vllmmetrics.TTFT[0], Help: "Histogram of time to first token in seconds.", Buckets: ttftBuckets,
 	}, engineLabels)
 	itl := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: metricITL, Help: "Histogram of inter-token latency in seconds.", Buckets: itlBuckets,
+		Name: vllmmetrics.ITL[0], Help: "Histogram of inter-token latency in seconds.", Buckets: itlBuckets,
 	}, engineLabels)
 	p.read(func(v *Virtual) {
 		for k, i := range replicas {
@@ -80,8 +69,8 @@ func newReplicaRegistry(p *pacer, model string, profile Profile, replicas []int,
 
 // cacheConfigLabels are the CacheConfig fields vLLM exports as labels; the
 // placement reads num_gpu_blocks and block_size for capacity.
-var cacheConfigLabels = []string{"block_size", "cache_dtype", "enable_prefix_caching",
-	"gpu_memory_utilization", "num_cpu_blocks", "num_gpu_blocks", "engine"}
+var cacheConfigLabels = []string{vllmmetrics.LabelBlockSize, "cache_dtype", "enable_prefix_caching",
+	vllmmetrics.LabelGPUMemoryUtilization, "num_cpu_blocks", vllmmetrics.LabelNumGPUBlocks, vllmmetrics.LabelEngine}
 
 func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.queries, c.hits,
