@@ -51,34 +51,21 @@ func (w *Warden) Handle(pattern string, h http.Handler) { w.mux.Handle(pattern, 
 // elsewhere or in tests.
 func (w *Warden) AdminHandler() http.Handler { return w.guard(w.mux) }
 
-func writeJSON(rw http.ResponseWriter, code int, v any) {
-	rw.Header().Set("Content-Type", "application/json")
-	rw.Header().Set("Cache-Control", "no-store")
-	rw.WriteHeader(code)
-	enc := json.NewEncoder(rw)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(rw http.ResponseWriter, code int, err error) {
-	writeJSON(rw, code, map[string]string{"error": err.Error()})
-}
-
 func (w *Warden) handleModels(rw http.ResponseWriter, _ *http.Request) {
 	out := adminapi.ModelsResponse{Models: make([]adminapi.ModelStatus, 0, len(w.models))}
 	for _, m := range w.models {
 		out.Models = append(out.Models, m.Status())
 	}
-	writeJSON(rw, http.StatusOK, out)
+	adminapi.WriteJSON(rw, http.StatusOK, out)
 }
 
 func (w *Warden) handleModel(rw http.ResponseWriter, r *http.Request) {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
+		adminapi.WriteError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return
 	}
-	writeJSON(rw, http.StatusOK, m.Status())
+	adminapi.WriteJSON(rw, http.StatusOK, m.Status())
 }
 
 func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
@@ -88,13 +75,13 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Affinity == nil {
-		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"affinity\": true|false}: affinity missing"))
+		adminapi.WriteError(rw, http.StatusBadRequest, errors.New("body: want {\"affinity\": true|false}: affinity missing"))
 		return
 	}
 	old := m.Affinity()
 	m.SetAffinity(*req.Affinity)
 	w.logChange(r, m, "affinity", old, *req.Affinity)
-	writeJSON(rw, http.StatusOK, m.Status())
+	adminapi.WriteJSON(rw, http.StatusOK, m.Status())
 }
 
 // decodeModelPut finds the model a PUT names and decodes its small JSON
@@ -103,17 +90,17 @@ func (w *Warden) handleAffinity(rw http.ResponseWriter, r *http.Request) {
 func (w *Warden) decodeModelPut(rw http.ResponseWriter, r *http.Request, req any, want string) *placement.Model {
 	m := w.byName[r.PathValue("name")]
 	if m == nil {
-		writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
+		adminapi.WriteError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 		return nil
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(req); err != nil {
-		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s: %v", want, err))
+		adminapi.WriteError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s: %v", want, err))
 		return nil
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		writeError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s and nothing after it", want))
+		adminapi.WriteError(rw, http.StatusBadRequest, fmt.Errorf("body: want %s and nothing after it", want))
 		return nil
 	}
 	return m

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,7 +38,7 @@ func (w *Warden) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if !w.hostAllowed(r.Host) {
 			w.log.Warn("admin request refused", requestAttrs(r, "reason", "host", "host", r.Host)...)
-			writeError(rw, http.StatusForbidden, fmt.Errorf("the Host %q is not one this warden answers to (an IP address, localhost, or admin_hosts): refused against DNS rebinding", r.Host))
+			adminapi.WriteError(rw, http.StatusForbidden, fmt.Errorf("the Host %q is not one this warden answers to (an IP address, localhost, or admin_hosts): refused against DNS rebinding", r.Host))
 			return
 		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -46,13 +47,13 @@ func (w *Warden) guard(next http.Handler) http.Handler {
 		}
 		if o := r.Header.Get("Origin"); o != "" && !w.originAllowed(o, r.Host) {
 			w.log.Warn("admin write refused", requestAttrs(r, "reason", "origin", "request_origin", o)...)
-			writeError(rw, http.StatusForbidden, fmt.Errorf("the Origin %q is not this warden's page", o))
+			adminapi.WriteError(rw, http.StatusForbidden, fmt.Errorf("the Origin %q is not this warden's page", o))
 			return
 		}
 		if !w.authorized(r) {
 			w.log.Warn("admin write refused", requestAttrs(r, "reason", "no valid token")...)
 			rw.Header().Set("WWW-Authenticate", `Bearer realm="lmwarden admin"`)
-			writeError(rw, http.StatusUnauthorized, errors.New("admin writes need the admin token: send \"Authorization: Bearer TOKEN\" with the token from the warden's admin_token_file (docs/admin.md)"))
+			adminapi.WriteError(rw, http.StatusUnauthorized, errors.New("admin writes need the admin token: send \"Authorization: Bearer TOKEN\" with the token from the warden's admin_token_file (docs/admin.md)"))
 			return
 		}
 		next.ServeHTTP(rw, r)

@@ -20,7 +20,7 @@ func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Policy == "" {
-		writeError(rw, http.StatusBadRequest, errors.New("body: want {\"policy\": \"name\"}: policy missing"))
+		adminapi.WriteError(rw, http.StatusBadRequest, errors.New("body: want {\"policy\": \"name\"}: policy missing"))
 		return
 	}
 	old := m.Config().Policy
@@ -28,9 +28,9 @@ func (w *Warden) handlePolicy(rw http.ResponseWriter, r *http.Request) {
 		old = config.Policy(st.Policy)
 	}
 	if err := m.SetPolicy(config.Policy(req.Policy)); err != nil {
-		writeError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
+		adminapi.WriteError(rw, http.StatusBadRequest, fmt.Errorf("policy %w", err))
 		return
 	}
 	w.logChange(r, m, "policy", string(old), req.Policy)
-	writeJSON(rw, http.StatusOK, m.Status())
+	adminapi.WriteJSON(rw, http.StatusOK, m.Status())
 }

@@ -27,13 +27,13 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, err := sessionsLimit(q.Get("limit"))
 	if err != nil {
-		writeError(rw, http.StatusBadRequest, err)
+		adminapi.WriteError(rw, http.StatusBadRequest, err)
 		return
 	}
 	after := adminapi.SessionCursor{LastSeen: placement.NewestKey.LastSeen, Hash: placement.NewestKey.Hash}
 	if v := q.Get("after"); v != "" {
 		if after, err = adminapi.ParseSessionCursor(v); err != nil {
-			writeError(rw, http.StatusBadRequest, err)
+			adminapi.WriteError(rw, http.StatusBadRequest, err)
 			return
 		}
 	}
@@ -41,7 +41,7 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 	if name := q.Get("model"); name != "" {
 		m := w.byName[name]
 		if m == nil {
-			writeError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, name))
+			adminapi.WriteError(rw, http.StatusNotFound, fmt.Errorf("%w: %q", adminapi.ErrUnknownModel, name))
 			return
 		}
 		models = []*placement.Model{m}
@@ -52,7 +52,7 @@ func (w *Warden) handleSessions(rw http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	writeJSON(rw, http.StatusOK, sessionsPage(models, after, limit, time.Now()))
+	adminapi.WriteJSON(rw, http.StatusOK, sessionsPage(models, after, limit, time.Now()))
 }
 
 // sessionsPage reads one page of models' sessions after the cursor (its

@@ -49,7 +49,7 @@ func (w *Warden) Info() adminapi.WardenInfo {
 }
 
 func (w *Warden) handleHealthz(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+	adminapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (w *Warden) handleReadyz(rw http.ResponseWriter, _ *http.Request) {
@@ -58,9 +58,9 @@ func (w *Warden) handleReadyz(rw http.ResponseWriter, _ *http.Request) {
 	if !r.Ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(rw, code, r)
+	adminapi.WriteJSON(rw, code, r)
 }
 
 func (w *Warden) handleInfo(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, w.Info())
+	adminapi.WriteJSON(rw, http.StatusOK, w.Info())
 }

@@ -1,7 +1,6 @@
 package picker
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -45,18 +44,18 @@ type ReadyResponse struct {
 func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/hosts", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, HostsResponse{Ready: reg.Ready(), Hosts: reg.Hosts()})
+		adminapi.WriteJSON(rw, http.StatusOK, HostsResponse{Ready: reg.Ready(), Hosts: reg.Hosts()})
 	})
 	mux.HandleFunc("GET /api/v1/models", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, adminapi.ModelsResponse{Models: []adminapi.ModelStatus{reg.Model().Status()}})
+		adminapi.WriteJSON(rw, http.StatusOK, adminapi.ModelsResponse{Models: []adminapi.ModelStatus{reg.Model().Status()}})
 	})
 	mux.HandleFunc("GET /api/v1/models/{name}", func(rw http.ResponseWriter, r *http.Request) {
 		m := reg.Model()
 		if r.PathValue("name") != m.Name() {
-			writeJSON(rw, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("%v: %q", adminapi.ErrUnknownModel, r.PathValue("name"))})
+			adminapi.WriteError(rw, http.StatusNotFound, fmt.Errorf("%v: %q", adminapi.ErrUnknownModel, r.PathValue("name")))
 			return
 		}
-		writeJSON(rw, http.StatusOK, m.Status())
+		adminapi.WriteJSON(rw, http.StatusOK, m.Status())
 	})
 	mux.HandleFunc("GET /api/v1/sessions", func(rw http.ResponseWriter, r *http.Request) {
 		// One page, as the warden's own (docs/admin.md): one model here.
@@ -64,7 +63,7 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > adminapi.SessionsPageMax {
-				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit %q: want 1 to %d (a page; follow next for more)", v, adminapi.SessionsPageMax)})
+				adminapi.WriteError(rw, http.StatusBadRequest, fmt.Errorf("limit %q: want 1 to %d (a page; follow next for more)", v, adminapi.SessionsPageMax))
 				return
 			}
 			limit = n
@@ -73,7 +72,7 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		if v := r.URL.Query().Get("after"); v != "" {
 			c, err := adminapi.ParseSessionCursor(v)
 			if err != nil || c.Model != 0 {
-				writeJSON(rw, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("after %q: not a cursor of this picker", v)})
+				adminapi.WriteError(rw, http.StatusBadRequest, fmt.Errorf("after %q: not a cursor of this picker", v))
 				return
 			}
 			after = placement.SessionKey{LastSeen: c.LastSeen, Hash: c.Hash}
@@ -84,10 +83,10 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		if len(rows) == limit {
 			out.Next = adminapi.SessionCursor{LastSeen: last.LastSeen, Hash: last.Hash}.String()
 		}
-		writeJSON(rw, http.StatusOK, out)
+		adminapi.WriteJSON(rw, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+		adminapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		hosts := reg.Hosts()
@@ -109,17 +108,8 @@ func adminHandler(reg *Registry, registry *prometheus.Registry, serving func() b
 		if !rr.Ready {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(rw, code, rr)
+		adminapi.WriteJSON(rw, code, rr)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	return mux
-}
-
-func writeJSON(rw http.ResponseWriter, code int, v any) {
-	rw.Header().Set("Content-Type", "application/json")
-	rw.Header().Set("Cache-Control", "no-store")
-	rw.WriteHeader(code)
-	enc := json.NewEncoder(rw)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

@@ -43,7 +43,7 @@ func (s *Servers) handler(fixed int, reg *prometheus.Registry) http.Handler {
 }
 
 func (s *Servers) serveModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	writeAPIJSON(w, http.StatusOK, map[string]any{
 		"object": "list",
 		"data": []map[string]any{{
 			"id": s.cfg.Model, "object": "model", "created": Epoch.Unix(), "owned_by": "vllm",
@@ -277,7 +277,10 @@ func (k *tokenSink) result() Result {
 	return k.res
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeAPIJSON writes a body of the simulated model API compact, as vLLM's
+// server does; the admin API's indented, no-store bodies are
+// adminapi.WriteJSON's, which the simulator does not link.
+func writeAPIJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -295,14 +298,14 @@ func writeError(w http.ResponseWriter, kind apiKind, status int, err error) {
 		if status >= 500 {
 			typ = "api_error"
 		}
-		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+		writeAPIJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
 		return
 	}
 	typ := "BadRequestError"
 	if status >= 500 {
 		typ = "InternalServerError"
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]any{
+	writeAPIJSON(w, status, map[string]any{"error": map[string]any{
 		"message": msg, "type": typ, "param": nil, "code": status,
 	}})
 }

@@ -3,5 +3,6 @@
 // /readyz, and of the PUTs that change a model. The warden (package
 // agent) serves them, the placement fills the model status, and the CLI,
 // the endpoint picker and the benchmark decode them without linking the
-// warden. Types only, no behaviour.
+// warden. Types, and WriteJSON, the one way both admin servers (the
+// warden's and the picker's) write them; no other behaviour.
 package adminapi
