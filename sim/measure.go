@@ -93,30 +93,9 @@ func (m *meter) note(format string, args ...any) {
 func (m *meter) run(ctx context.Context) (*Measurement, error) {
 	p := m.cfg.Like
 	// 1. what the replica says about itself
-	c, err := m.scrape(ctx)
-	if err != nil {
+	if err := m.readSelf(ctx, &p); err != nil {
 		return nil, err
 	}
-	if c.blockSize < 1 || c.numBlocks < 2 {
-		return nil, fmt.Errorf("%w: %s reports no %s with block_size and num_gpu_blocks", errMeasure, m.cfg.URL, vllmmetrics.CacheConfig[0])
-	}
-	modelID, maxLen, err := m.models(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if m.cfg.Model == "" {
-		m.cfg.Model = modelID
-	}
-	p.BlockSize, p.KVCapacityTokens, p.MaxModelLen = c.blockSize, c.numBlocks*c.blockSize, maxLen
-	if c.gpuUtil > 0 {
-		p.GPUMemoryUtilization = c.gpuUtil
-	}
-	m.note("vllm:cache_config_info: block_size %d, num_gpu_blocks %d (%d tokens), gpu_memory_utilization %g; /v1/models: %s, max_model_len %d",
-		c.blockSize, c.numBlocks, p.KVCapacityTokens, c.gpuUtil, modelID, maxLen)
-	if p.MaxModelLen < 1 {
-		p.MaxModelLen = p.KVCapacityTokens - p.BlockSize
-	}
-
 	// what fits: prompts up to half the cache and the context
 	limit := min(p.MaxModelLen-64, p.KVCapacityTokens/2)
 	var cold []int
@@ -132,84 +111,32 @@ func (m *meter) run(ctx context.Context) (*Measurement, error) {
 	m.total = len(cold) + 1 + 2 + 2
 
 	// 2. prefill: cold prompts, then one warm
-	var points []prefillPoint
-	var warmBase string
-	for _, n := range cold {
-		text := m.words(n)
-		pt, err := m.prefill(ctx, text)
-		if err != nil {
-			return nil, err
-		}
-		points = append(points, pt)
-		m.note("cold prompt: %d tokens (%d cached), TTFT %.4f s", pt.n+pt.ctx, pt.ctx, pt.ttft)
-		m.progress(fmt.Sprintf("cold prompt of %d tokens: TTFT %.3f s", pt.n+pt.ctx, pt.ttft))
-		if n <= 4096 {
-			warmBase = text
-		}
-	}
-	warm, err := m.prefill(ctx, warmBase+m.words(1024))
+	pf, err := m.measurePrefill(ctx, cold)
 	if err != nil {
 		return nil, err
 	}
-	points = append(points, warm)
-	m.note("warm prompt: %d tokens (%d cached), TTFT %.4f s", warm.n+warm.ctx, warm.ctx, warm.ttft)
-	m.progress(fmt.Sprintf("warm prompt of %d tokens, %d cached: TTFT %.3f s", warm.n+warm.ctx, warm.ctx, warm.ttft))
-	if warm.ctx == 0 {
-		return nil, fmt.Errorf("%w: a repeated prefix was not a cache hit (is prefix caching off?)", errMeasure)
-	}
-	chunk, a, b, o, atLeast, err := fitPrefill(points)
-	if err != nil {
-		return nil, err
-	}
-	m.out.ChunkAtLeast = atLeast
-
 	// 3. decode at batch 1, two contexts
-	const outTokens = 48
-	itlShort, promptShort, err := m.decode(ctx, 1, short, outTokens)
+	dc, err := m.measureDecode(ctx, short, long)
 	if err != nil {
 		return nil, err
 	}
-	m.progress(fmt.Sprintf("decode, batch 1, %.0f-token context: %.1f ms/token", promptShort, itlShort*1e3))
-	itlLong, promptLong, err := m.decode(ctx, 1, long, outTokens)
-	if err != nil {
-		return nil, err
-	}
-	m.progress(fmt.Sprintf("decode, batch 1, %.0f-token context: %.1f ms/token", promptLong, itlLong*1e3))
-	// the k-th interval (k = 1 .. out-1) reads the KV of prompt+k tokens
-	eff := func(prompt float64) float64 { return prompt + float64(outTokens)/2 }
-	slope := (itlLong - itlShort) / (eff(promptLong) - eff(promptShort))
-	intercept := itlShort - slope*eff(promptShort)
-	m.note("decode, batch 1: %.5f s/token at a %.0f-token context, %.5f at %.0f", itlShort, promptShort, itlLong, promptLong)
-	if slope <= 0 || a <= 0 || b <= 0 || intercept-o <= 0 {
+	if dc.slope <= 0 || pf.a <= 0 || pf.b <= 0 || dc.intercept-pf.o <= 0 {
 		return nil, fmt.Errorf("%w: the measurements do not fit the step model (prefill %.3g s/token, %.3g s/pair, overhead %.3g s; decode %.3g s/token of context, %.3g s a step): is the replica busy?",
-			errMeasure, a, b, o, slope, intercept)
+			errMeasure, pf.a, pf.b, pf.o, dc.slope, dc.intercept)
 	}
 
 	// 4. the profile: effective rates (efficiencies 1), the model's shape kept
-	p.Name, p.Description = "calibrated", "measured from "+m.cfg.URL
-	p.GPU = ""
-	p.PeakFLOPS, p.ComputeEfficiency = 2*p.Params/a, 1
-	p.HiddenSize = int(math.Round(b * p.PeakFLOPS / (4 * float64(p.Layers))))
-	p.MemBytesPerSec, p.MemoryEfficiency = p.KVBytesPerToken()/slope, 1
-	p.WeightBytes = (intercept - o) * p.MemBytesPerSec
-	p.StepOverhead = time.Duration(o * 1e9).Round(time.Microsecond)
-	p.MaxNumBatchedTokens = chunk
-	p.GPUMemoryBytes, p.ActivationPeakBytes, p.NonTorchBytes, p.CUDAGraphBytes = 0, 0, 0, 0
-	// the fit is the three-constant step model; terms fitted to another
-	// measurement (h200-qwen3-4b's forward pass) do not carry over
-	p.PrefillFloor, p.PrefillContextRate = 0, 0
-	m.note("fit: prefill %.4g s/token + %.4g s per token pair + %.4g s a step, chunks of %d; decode %.4g s a step + %.4g s per context token",
-		a, b, o, chunk, intercept, slope)
+	m.fitProfile(&p, pf, dc)
 
 	// 5. decode at larger batches, checked against the fitted model
 	for _, batch := range []int{4, 8} {
-		itl, prompt, err := m.decode(ctx, batch, short, outTokens)
+		itl, prompt, err := m.decode(ctx, batch, short, decodeOutTokens)
 		if err != nil {
 			return nil, err
 		}
 		var l stepLoad
 		for range batch {
-			l.add(int(eff(prompt))-1, 1)
+			l.add(int(decodeContext(prompt))-1, 1)
 		}
 		predicted := p.cost(l).Seconds()
 		m.note("decode, batch %d: %.5f s/token at a %.0f-token context (the fitted profile predicts %.5f)", batch, itl, prompt, predicted)
@@ -220,6 +147,133 @@ func (m *meter) run(ctx context.Context) (*Measurement, error) {
 	}
 	m.out.Profile = p
 	return &m.out, nil
+}
+
+// readSelf fills p with what the replica reports about itself: the KV
+// cache and block size (vllm:cache_config_info), the model and its context
+// (GET /v1/models).
+func (m *meter) readSelf(ctx context.Context, p *Profile) error {
+	c, err := m.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	if c.blockSize < 1 || c.numBlocks < 2 {
+		return fmt.Errorf("%w: %s reports no %s with block_size and num_gpu_blocks", errMeasure, m.cfg.URL, vllmmetrics.CacheConfig[0])
+	}
+	modelID, maxLen, err := m.models(ctx)
+	if err != nil {
+		return err
+	}
+	if m.cfg.Model == "" {
+		m.cfg.Model = modelID
+	}
+	p.BlockSize, p.KVCapacityTokens, p.MaxModelLen = c.blockSize, c.numBlocks*c.blockSize, maxLen
+	if c.gpuUtil > 0 {
+		p.GPUMemoryUtilization = c.gpuUtil
+	}
+	m.note("vllm:cache_config_info: block_size %d, num_gpu_blocks %d (%d tokens), gpu_memory_utilization %g; /v1/models: %s, max_model_len %d",
+		c.blockSize, c.numBlocks, p.KVCapacityTokens, c.gpuUtil, modelID, maxLen)
+	if p.MaxModelLen < 1 {
+		p.MaxModelLen = p.KVCapacityTokens - p.BlockSize
+	}
+	return nil
+}
+
+// prefillFit is the prefill step model fitted to the measured prompts:
+// a s/token, b s per token pair, o s a step, chunks of chunk tokens.
+type prefillFit struct {
+	chunk   int
+	a, b, o float64
+}
+
+// measurePrefill sends the cold prompts one at a time, then one warm
+// prompt on a cached prefix, and fits the prefill model to their TTFTs.
+func (m *meter) measurePrefill(ctx context.Context, cold []int) (prefillFit, error) {
+	var points []prefillPoint
+	var warmBase string
+	for _, n := range cold {
+		text := m.words(n)
+		pt, err := m.prefill(ctx, text)
+		if err != nil {
+			return prefillFit{}, err
+		}
+		points = append(points, pt)
+		m.note("cold prompt: %d tokens (%d cached), TTFT %.4f s", pt.n+pt.ctx, pt.ctx, pt.ttft)
+		m.progress(fmt.Sprintf("cold prompt of %d tokens: TTFT %.3f s", pt.n+pt.ctx, pt.ttft))
+		if n <= 4096 {
+			warmBase = text
+		}
+	}
+	warm, err := m.prefill(ctx, warmBase+m.words(1024))
+	if err != nil {
+		return prefillFit{}, err
+	}
+	points = append(points, warm)
+	m.note("warm prompt: %d tokens (%d cached), TTFT %.4f s", warm.n+warm.ctx, warm.ctx, warm.ttft)
+	m.progress(fmt.Sprintf("warm prompt of %d tokens, %d cached: TTFT %.3f s", warm.n+warm.ctx, warm.ctx, warm.ttft))
+	if warm.ctx == 0 {
+		return prefillFit{}, fmt.Errorf("%w: a repeated prefix was not a cache hit (is prefix caching off?)", errMeasure)
+	}
+	var f prefillFit
+	var atLeast bool
+	f.chunk, f.a, f.b, f.o, atLeast, err = fitPrefill(points)
+	if err != nil {
+		return prefillFit{}, err
+	}
+	m.out.ChunkAtLeast = atLeast
+	return f, nil
+}
+
+// decodeOutTokens is how many tokens each decode measurement generates.
+const decodeOutTokens = 48
+
+// decodeContext is the mean context a decode step reads for a prompt of
+// the given size: the k-th interval (k = 1 .. out-1) reads the KV of
+// prompt+k tokens.
+func decodeContext(prompt float64) float64 { return prompt + float64(decodeOutTokens)/2 }
+
+// decodeFit is the decode step model: intercept s a step plus slope s per
+// token of context.
+type decodeFit struct {
+	slope, intercept float64
+}
+
+// measureDecode decodes at batch 1 after a short and a long prompt and
+// fits a line through the two.
+func (m *meter) measureDecode(ctx context.Context, short, long int) (decodeFit, error) {
+	itlShort, promptShort, err := m.decode(ctx, 1, short, decodeOutTokens)
+	if err != nil {
+		return decodeFit{}, err
+	}
+	m.progress(fmt.Sprintf("decode, batch 1, %.0f-token context: %.1f ms/token", promptShort, itlShort*1e3))
+	itlLong, promptLong, err := m.decode(ctx, 1, long, decodeOutTokens)
+	if err != nil {
+		return decodeFit{}, err
+	}
+	m.progress(fmt.Sprintf("decode, batch 1, %.0f-token context: %.1f ms/token", promptLong, itlLong*1e3))
+	slope := (itlLong - itlShort) / (decodeContext(promptLong) - decodeContext(promptShort))
+	intercept := itlShort - slope*decodeContext(promptShort)
+	m.note("decode, batch 1: %.5f s/token at a %.0f-token context, %.5f at %.0f", itlShort, promptShort, itlLong, promptLong)
+	return decodeFit{slope: slope, intercept: intercept}, nil
+}
+
+// fitProfile sets p's rates from the fits: effective rates (efficiencies
+// 1), the model's shape kept.
+func (m *meter) fitProfile(p *Profile, pf prefillFit, dc decodeFit) {
+	p.Name, p.Description = "calibrated", "measured from "+m.cfg.URL
+	p.GPU = ""
+	p.PeakFLOPS, p.ComputeEfficiency = 2*p.Params/pf.a, 1
+	p.HiddenSize = int(math.Round(pf.b * p.PeakFLOPS / (4 * float64(p.Layers))))
+	p.MemBytesPerSec, p.MemoryEfficiency = p.KVBytesPerToken()/dc.slope, 1
+	p.WeightBytes = (dc.intercept - pf.o) * p.MemBytesPerSec
+	p.StepOverhead = time.Duration(pf.o * 1e9).Round(time.Microsecond)
+	p.MaxNumBatchedTokens = pf.chunk
+	p.GPUMemoryBytes, p.ActivationPeakBytes, p.NonTorchBytes, p.CUDAGraphBytes = 0, 0, 0, 0
+	// the fit is the three-constant step model; terms fitted to another
+	// measurement (h200-qwen3-4b's forward pass) do not carry over
+	p.PrefillFloor, p.PrefillContextRate = 0, 0
+	m.note("fit: prefill %.4g s/token + %.4g s per token pair + %.4g s a step, chunks of %d; decode %.4g s a step + %.4g s per context token",
+		pf.a, pf.b, pf.o, pf.chunk, dc.intercept, dc.slope)
 }
 
 // fitPrefill fits TTFT = Σ over chunks of (a·k + b·(k·ctx + k(k+1)/2) + o)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,36 +23,56 @@ func init() {
 	register("serve", "run the warden: frontends, placement, metrics poller, admin API", runServe)
 }
 
-func runServe(args []string) error {
+// serveFlags are serve's command line.
+type serveFlags struct {
+	configFile, listen, admin, datapath, pinDir, policy, tokenFile string
+	replicas                                                       repeatedFlag
+	log                                                            logFlags
+	shutdown, responseTimeout                                      time.Duration
+}
+
+func parseServeFlags(args []string) (*serveFlags, error) {
+	f := &serveFlags{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	configFile := fs.String("config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
-	listen := fs.String("listen", "", "frontend address clients connect to (overrides the only model's frontend)")
-	admin := fs.String("admin", "", "admin API address (default "+config.DefaultAdmin+"; off disables it)")
-	var replicas repeatedFlag
-	fs.Var(&replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
-	datapath := fs.String("datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
-	pinDir := fs.String("pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
-	policy := fs.String("policy", "", "placement policy for every model: "+servePolicyNames())
-	tokenFile := fs.String("admin-token-file", "", "the admin token admin writes need (default: the config's admin_token_file, else "+agent.DefaultAdminTokenFile()+")")
-	var logf logFlags
-	logf.register(fs)
-	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
-	responseTimeout := fs.Duration("response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
+	fs.StringVar(&f.configFile, "config", "", "configuration file (lmwarden.yaml); without it, --listen and --replica describe one model")
+	fs.StringVar(&f.listen, "listen", "", "frontend address clients connect to (overrides the only model's frontend)")
+	fs.StringVar(&f.admin, "admin", "", "admin API address (default "+config.DefaultAdmin+"; off disables it)")
+	fs.Var(&f.replicas, "replica", "replica base URL, e.g. http://127.0.0.1:8001 (repeat; overrides the only model's replicas)")
+	fs.StringVar(&f.datapath, "datapath", "", "auto, kernel, msg, skb or user (default: the config's, else auto)")
+	fs.StringVar(&f.pinDir, "pin-dir", maps.DefaultDir, "the kernel datapath's pinned state (a directory on bpffs)")
+	fs.StringVar(&f.policy, "policy", "", "placement policy for every model: "+servePolicyNames())
+	fs.StringVar(&f.tokenFile, "admin-token-file", "", "the admin token admin writes need (default: the config's admin_token_file, else "+agent.DefaultAdminTokenFile()+")")
+	f.log.register(fs)
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
+	fs.DurationVar(&f.responseTimeout, "response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
 	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// config loads the configuration the flags name, with their overrides.
+func (f *serveFlags) config() (*config.Config, error) {
+	return serveConfig(f.configFile, f.listen, f.admin, f.datapath, f.policy, f.replicas)
+}
+
+func runServe(args []string) error {
+	flags, err := parseServeFlags(args)
+	if err != nil {
 		return err
 	}
-	log, err := logf.logger()
+	log, err := flags.log.logger()
 	if err != nil {
 		return err
 	}
 	hup := newReloader(log) // from now on SIGHUP reloads instead of killing (reload.go)
 
-	cfg, err := serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
+	cfg, err := flags.config()
 	if err != nil {
 		return err
 	}
 	nofile := raiseNoFile(log)
-	dp, err := selectDatapath(cfg, *pinDir, log)
+	dp, err := selectDatapath(cfg, flags.pinDir, log)
 	if err != nil {
 		return err
 	}
@@ -71,31 +92,84 @@ func runServe(args []string) error {
 	} else if err := checkFrontendTakeover(cfg); err != nil {
 		return err // frontend_takeover.go
 	}
+	w, err := newServeWarden(cfg, flags.tokenFile, dp, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var reload func() (*config.Config, error)
+	if flags.configFile != "" {
+		reload = flags.config
+	}
+	hup.start(ctx, w, reload)
 
+	// Frontends first: a port that is taken fails the start before anything runs.
+	fe, err := startFrontends(w, cfg, flags, dp, connLimits(cfg, nofile, log), log)
+	if err != nil {
+		return err
+	}
+	w.Registry().MustRegister(l7.NewCollector(fe.shims...))
+	w.Registry().MustRegister(dp.collectors()...)
+	if err := w.Start(ctx); err != nil {
+		fe.close()
+		return err
+	}
+	if a := w.AdminAddr(); a != "" {
+		log.Info("admin API", "addr", a, "token_file", cfg.AdminTokenFile)
+	}
+	// Every frontend listens and the admin API answers: ready for
+	// systemd (Type=notify) and for /readyz (which also wants a polled,
+	// healthy replica per model).
+	w.SetServing(true)
+	sdNotify(log, "READY=1", fmt.Sprintf("STATUS=serving %d model(s), datapath %s", len(fe.shims), dp.info().Name))
+	go sdWatchdog(ctx, w, log)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", flags.shutdown)
+		err = nil
+	case err = <-fe.failed:
+		log.Error("frontend failed", "err", err)
+	}
+	w.SetServing(false)
+	sdNotify(log, "STOPPING=1", "STATUS=shutting down: requests in flight may finish")
+	fe.close()
+	if cerr := w.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// newServeWarden loads the admin token, builds the warden over the
+// datapath (with the kernel datapath: the session table mirrored into the
+// pinned map, and the previous warden's sessions restored from it).
+func newServeWarden(cfg *config.Config, tokenFile string, dp *servedDatapath, log *slog.Logger) (*agent.Warden, error) {
 	var token string
 	if cfg.Admin != "" {
-		path := *tokenFile
+		path := tokenFile
 		if path == "" {
 			path = cfg.AdminTokenFile
 		}
 		if path == "" {
 			path = agent.DefaultAdminTokenFile()
 		}
+		var err error
 		if token, err = agent.LoadAdminToken(path); err != nil {
-			return err
+			return nil, err
 		}
 		cfg.AdminTokenFile = path
 	}
 	opts := agent.Options{Logger: log, DialContext: dp.pollDial(), Build: buildInfo(), Datapath: dp.info(), AdminToken: token}
 	if dp.kern != nil {
 		if err := dp.kern.hashKey(cfg); err != nil {
-			return err
+			return nil, err
 		}
 		opts.Sink = dp.kern.sessionSink(cfg)
 	}
 	w, err := agent.NewWithOptions(cfg, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if dp.kern != nil {
 		if n, err := dp.kern.restoreSessions(w, time.Now()); err != nil {
@@ -104,45 +178,48 @@ func runServe(args []string) error {
 			log.Info("sessions restored from the pinned map", "sessions", n)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var reload func() (*config.Config, error)
-	if *configFile != "" {
-		reload = func() (*config.Config, error) {
-			return serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
-		}
-	}
-	hup.start(ctx, w, reload)
+	return w, nil
+}
 
-	// Frontends first: a port that is taken fails the start before anything runs.
-	upstreams := dp.upstreams()
-	limits := connLimits(cfg, nofile, log)
-	var shims []*l7.Shim
-	serveErr := make(chan error, len(w.Models()))
-	closeShims := func() {
-		var wg sync.WaitGroup
-		for _, s := range shims {
-			wg.Go(func() {
-				if err := s.Close(); err != nil {
-					log.Warn("shutdown", "err", err)
-				}
-			})
-		}
-		wg.Wait()
+// frontends are the shims serving every model's frontend; failed receives
+// the first error a shim's Serve returns.
+type frontends struct {
+	shims  []*l7.Shim
+	failed chan error
+	log    *slog.Logger
+}
+
+// close shuts every shim down at once, each within its shutdown timeout.
+func (fe *frontends) close() {
+	var wg sync.WaitGroup
+	for _, s := range fe.shims {
+		wg.Go(func() {
+			if err := s.Close(); err != nil {
+				fe.log.Warn("shutdown", "err", err)
+			}
+		})
 	}
+	wg.Wait()
+}
+
+// startFrontends listens on every model's frontend and serves it with a
+// shim; a frontend that cannot listen closes the ones already started.
+func startFrontends(w *agent.Warden, cfg *config.Config, flags *serveFlags, dp *servedDatapath, limits *l7.ConnLimits, log *slog.Logger) (*frontends, error) {
+	upstreams := dp.upstreams()
+	fe := &frontends{failed: make(chan error, len(w.Models())), log: log}
 	for _, m := range w.Models() {
 		ln, err := dp.listen(m.Frontend())
 		if err != nil {
-			closeShims()
-			return fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
+			fe.close()
+			return nil, fmt.Errorf("model %s: frontend %s: %w", m.Name(), m.Frontend(), err)
 		}
 		s := l7.NewShim(m, l7.Options{
 			Datapath: dp.Datapath, Upstreams: upstreams, Logger: log,
-			ShutdownTimeout: *shutdown, ResponseTimeout: *responseTimeout,
+			ShutdownTimeout: flags.shutdown, ResponseTimeout: flags.responseTimeout,
 			BodyDeadline: cfg.BodyTimeout, Limits: limits,
 		})
-		shims = append(shims, s)
-		go func() { serveErr <- s.Serve(ln) }()
+		fe.shims = append(fe.shims, s)
+		go func() { fe.failed <- s.Serve(ln) }()
 		// The address clients use; with the kernel datapath the shim's own
 		// listener is an ephemeral loopback port the frontend is steered
 		// to (ss shows no listener on the frontend itself).
@@ -155,36 +232,7 @@ func runServe(args []string) error {
 		}
 		log.Info("serving", append(attrs, "shape", shapeOf(m), "replicas", m.Replicas(), "policy", m.Config().Policy, "affinity", m.Affinity())...)
 	}
-	w.Registry().MustRegister(l7.NewCollector(shims...))
-	w.Registry().MustRegister(dp.collectors()...)
-	if err := w.Start(ctx); err != nil {
-		closeShims()
-		return err
-	}
-	if a := w.AdminAddr(); a != "" {
-		log.Info("admin API", "addr", a, "token_file", cfg.AdminTokenFile)
-	}
-	// Every frontend listens and the admin API answers: ready for
-	// systemd (Type=notify) and for /readyz (which also wants a polled,
-	// healthy replica per model).
-	w.SetServing(true)
-	sdNotify(log, "READY=1", fmt.Sprintf("STATUS=serving %d model(s), datapath %s", len(shims), dp.info().Name))
-	go sdWatchdog(ctx, w, log)
-
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", *shutdown)
-		err = nil
-	case err = <-serveErr:
-		log.Error("frontend failed", "err", err)
-	}
-	w.SetServing(false)
-	sdNotify(log, "STOPPING=1", "STATUS=shutting down: requests in flight may finish")
-	closeShims()
-	if cerr := w.Close(); cerr != nil && err == nil {
-		err = cerr
-	}
-	return err
+	return fe, nil
 }
 
 // serveConfig loads the file (or builds a one-model config from flags) and
