@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +59,8 @@ type client struct {
 	mu sync.Mutex
 	// local is the local address of the connection each request went on.
 	local string
+	// onFirst, if set, is called when a stream's first body byte arrives.
+	onFirst func()
 }
 
 func newClient(timeout time.Duration) *client {
@@ -128,6 +132,9 @@ func (c *client) stream(ctx context.Context, a api, session string, maxTokens in
 		line, err := br.ReadString('\n')
 		if r.First.IsZero() && len(line) > 0 {
 			r.First = time.Now()
+			if c.onFirst != nil {
+				c.onFirst()
+			}
 		}
 		line = strings.TrimRight(line, "\r\n")
 		switch {
@@ -170,13 +177,11 @@ func errorMessage(data string) string {
 }
 
 // load runs n sessions that stream turn after turn until stop is closed,
-// and returns every turn's result. Session i speaks api shapes in turn.
-func load(n, maxTokens int, prefix string, stop <-chan struct{}) func() []result {
-	var mu sync.Mutex
-	var all []result
-	var wg sync.WaitGroup
+// each on its own keep-alive connections (odd sessions speak OpenAI's API).
+func load(n, maxTokens int, prefix string, stop <-chan struct{}) *loadRun {
+	l := &loadRun{streaming: map[string]bool{}}
 	for i := range n {
-		wg.Go(func() {
+		l.wg.Go(func() {
 			c := newClient(2 * time.Minute)
 			defer c.close()
 			a := anthropic
@@ -184,6 +189,11 @@ func load(n, maxTokens int, prefix string, stop <-chan struct{}) func() []result
 				a = openai
 			}
 			session := fmt.Sprintf("%s-%d", prefix, i)
+			c.onFirst = func() {
+				l.mu.Lock()
+				l.streaming[session] = true
+				l.mu.Unlock()
+			}
 			for {
 				select {
 				case <-stop:
@@ -191,14 +201,43 @@ func load(n, maxTokens int, prefix string, stop <-chan struct{}) func() []result
 				default:
 				}
 				r := c.stream(context.Background(), a, session, maxTokens)
-				mu.Lock()
-				all = append(all, r)
-				mu.Unlock()
+				l.mu.Lock()
+				l.all = append(l.all, r)
+				delete(l.streaming, session)
+				l.mu.Unlock()
 			}
 		})
 	}
-	return func() []result {
-		wg.Wait()
-		return all
-	}
+	return l
+}
+
+// loadRun is a running load: the turns its sessions have done, and which
+// of them are streaming now (a response's first byte arrived, its end not
+// yet), which is what a test waits on before it breaks something.
+type loadRun struct {
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	all       []result
+	streaming map[string]bool
+}
+
+// results waits for every session to stop (close the load's stop first)
+// and returns all their turns.
+func (l *loadRun) results() []result {
+	l.wg.Wait()
+	return l.all
+}
+
+// sofar returns the turns that have ended until now.
+func (l *loadRun) sofar() []result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.all)
+}
+
+// streams returns the sessions streaming now, sorted.
+func (l *loadRun) streams() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.streaming))
 }

@@ -137,7 +137,9 @@ func TestUntrustedPinsDoNotMoveOthers(t *testing.T) {
 		c := dialFrom(t, "127.0.0.9")
 		c.send(t, postHead(100000, "X-Warden-Replica: 0")+"{")
 	}
-	time.Sleep(500 * time.Millisecond)
+	testutil.Eventually(t, 30*time.Second, "the ten pinned heads read, their bodies awaited", func() bool {
+		return metric(w.metrics(t), "lmwarden_shim_open_connections", "state", "awaiting_body") >= 10
+	})
 	before := w.models(t)[0]
 	spilled := 0
 	for _, id := range on0 {
@@ -233,19 +235,13 @@ func TestIdleSocketFlood(t *testing.T) {
 		opened += floodHelper(t, "127.0.0.9", n/2)
 	}
 	failed := n - opened
-	// The warden takes them from its listen backlog: wait until its
-	// descriptors stop growing.
+	// The warden takes them from its listen backlog: wait until it has
+	// taken every one (kept, or refused at a bound).
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("the warden to accept the %d flood connections", opened), func() bool {
+		fams := w.metrics(t)
+		return metric(fams, "lmwarden_shim_connections_total")+metric(fams, "lmwarden_shim_connections_refused_total") >= float64(opened)
+	})
 	st := w.stats(t)
-	for stable, deadline := 0, time.Now().Add(30*time.Second); stable < 4 && time.Now().Before(deadline); {
-		time.Sleep(500 * time.Millisecond)
-		now := w.stats(t)
-		if now.FDs == st.FDs {
-			stable++
-		} else {
-			stable = 0
-		}
-		st = now
-	}
 	// Another client, and the admin API, while the flood holds its sockets.
 	start := time.Now()
 	c := dialFrom(t, "127.0.0.2")

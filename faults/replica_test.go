@@ -47,36 +47,44 @@ func replicaFault(t *testing.T, dp string, sig syscall.Signal) {
 	reps := startReplicas(t, 4, replicaOpts{Speed: 20, ReplyTokens: 1500})
 	w := startWarden(t, wardenOpts{Datapath: dp})
 	stop := make(chan struct{})
-	results := load(8, 1500, "fault", stop)
+	lr := load(8, 1500, "fault", stop)
 
-	// The victim: a replica with a stream in flight.
+	// The victim: a replica with a stream in flight whose response has
+	// begun (a request not yet answered would be retried elsewhere).
 	victim := -1
-	testutil.Eventually(t, 30*time.Second, "streams in flight on a replica", func() bool {
-		for _, r := range w.models(t)[0].Replicas {
-			if r.InFlight > 0 {
-				victim = r.Index
+	testutil.Eventually(t, 30*time.Second, "a stream begun on a replica", func() bool {
+		reps := w.models(t)[0].Replicas
+		for _, s := range lr.streams() {
+			if victim = w.sessionReplica(t, s); victim >= 0 && reps[victim].InFlight > 0 {
 				return true
 			}
 		}
 		return false
 	})
-	time.Sleep(300 * time.Millisecond) // let the streams begin
 	onVictim := w.models(t)[0].Replicas[victim].InFlight
 	at := time.Now()
 	reps[victim].signal(t, sig)
-	// Long enough for the warden to mark a stopped replica unhealthy and
-	// end its streams (the suite polls every 100 ms, 3 failures of 500 ms)
-	// and for later turns to land elsewhere.
-	// Turns that start after settle must all be served: a killed replica
-	// refuses connections at once; a stopped one takes placements until
-	// it is marked unhealthy.
-	wait, settle := 6*time.Second, time.Second
+	// Wait until the streams in flight at the fault have ended (the
+	// warden ends a stopped replica's once it has marked it unhealthy:
+	// the suite polls every 100 ms, 3 failures of 500 ms) and every
+	// session has ended a turn it started after settle: a killed replica
+	// refuses connections at once, a stopped one takes placements until
+	// it is marked unhealthy, and turns after that must all be served.
+	settle := time.Second
 	if sig == syscall.SIGSTOP {
-		wait, settle = 15*time.Second, 5*time.Second
+		settle = 5 * time.Second
 	}
-	time.Sleep(wait)
+	testutil.Eventually(t, 2*time.Minute, "every session to end a turn begun after the fault settled", func() bool {
+		later := map[string]bool{}
+		for _, r := range lr.sofar() {
+			if r.Start.After(at.Add(settle)) {
+				later[r.Session] = true
+			}
+		}
+		return len(later) == 8
+	})
 	close(stop)
-	all := results()
+	all := lr.results()
 	if sig == syscall.SIGSTOP {
 		reps[victim].signal(t, syscall.SIGCONT)
 	}

@@ -28,8 +28,8 @@ func straySignals(t *testing.T, dp string) {
 	startReplicas(t, 4, replicaOpts{Speed: 20, ReplyTokens: 600})
 	w := startWarden(t, wardenOpts{Datapath: dp})
 	stop := make(chan struct{})
-	results := load(4, 600, "hup", stop)
-	waitInFlight(t, w, 2)
+	lr := load(4, 600, "hup", stop)
+	waitStreaming(t, lr, 2)
 	logged := func(what, s string) {
 		t.Helper()
 		testutil.Eventually(t, 30*time.Second, what, func() bool {
@@ -58,7 +58,7 @@ func straySignals(t *testing.T, dp string) {
 	policy := w.models(t)[0].Policy
 	close(stop)
 	cut, n := 0, 0
-	for _, r := range results() {
+	for _, r := range lr.results() {
 		n++
 		if !r.Complete {
 			cut++

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/maps"
 )
 
@@ -37,20 +39,37 @@ func sharedParent(tb testing.TB) string {
 	return p
 }
 
-// readyWithin reports whether the warden became ready within d, and how
-// long it took.
-func readyWithin(w *warden, d time.Duration) (bool, time.Duration) {
+// readyWithin waits until the warden is ready (true) or has exited
+// (false), and says how long that took; neither within d fails the test.
+func readyWithin(t *testing.T, w *warden, d time.Duration) (bool, time.Duration) {
+	t.Helper()
 	start := time.Now()
-	for time.Since(start) < d {
+	ready := false
+	testutil.Eventually(t, d, "the warden to become ready or exit", func() bool {
 		if !w.running() {
-			return false, time.Since(start)
+			return true
 		}
-		if code, err := (&httpClient{timeout: time.Second}).get("http://" + adminAddr + "/readyz"); err == nil && code == http.StatusOK {
-			return true, time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
+		code, err := (&httpClient{timeout: time.Second}).get("http://" + adminAddr + "/readyz")
+		ready = err == nil && code == http.StatusOK
+		return ready
+	})
+	return ready, time.Since(start)
+}
+
+// lockedElsewhere reports whether another process holds an flock on path
+// (a shared lock of ours would not be granted).
+func lockedElsewhere(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false, time.Since(start)
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // TestParentLockDoesNotHangTheWarden: nobody holds an flock on the shared
@@ -62,10 +81,10 @@ func TestParentLockDoesNotHangTheWarden(t *testing.T) {
 	}
 	parent := sharedParent(t)
 	holder := startCmd(t, "nobody's flock", asNobody("flock", parent, "sleep", "60"))
-	time.Sleep(300 * time.Millisecond) // it holds the lock
+	testutil.Eventually(t, 10*time.Second, "nobody's flock to hold the parent", func() bool { return lockedElsewhere(t, parent) })
 	startReplicas(t, 2, replicaOpts{})
 	w := startWarden(t, wardenOpts{Replicas: 2, Datapath: "auto", PinDir: filepath.Join(parent, "lmwarden"), NoWait: true})
-	ok, took := readyWithin(w, 15*time.Second)
+	ok, took := readyWithin(t, w, 15*time.Second)
 	dp := datapathLine(w.out.String())
 	figure(t, "nobody holds flock on the shared parent: warden ready %v after %v, %s", ok, took.Round(time.Millisecond), dp)
 	if !ok {
@@ -104,7 +123,7 @@ func TestStateDirectoryOfAnotherUserIsRefused(t *testing.T) {
 	startReplicas(t, 2, replicaOpts{})
 
 	w := startWarden(t, wardenOpts{Replicas: 2, Datapath: "msg", PinDir: dir, NoWait: true})
-	ok, took := readyWithin(w, 15*time.Second)
+	ok, took := readyWithin(t, w, 15*time.Second)
 	var deleted string
 	if ok {
 		// What nobody can do to a state built in its directory.
@@ -114,7 +133,7 @@ func TestStateDirectoryOfAnotherUserIsRefused(t *testing.T) {
 		w.wait(t, 30*time.Second)
 		w.opts.NoWait = true
 		w.restart(t)
-		again, _ := readyWithin(w, 15*time.Second)
+		again, _ := readyWithin(t, w, 15*time.Second)
 		deleted += fmt.Sprintf("; the next start ready %v: %s", again, lastError(w.out.String()))
 		w.signal(t, 9)
 		w.wait(t, 10*time.Second)
@@ -129,7 +148,7 @@ func TestStateDirectoryOfAnotherUserIsRefused(t *testing.T) {
 	}
 
 	wa := startWarden(t, wardenOpts{Replicas: 2, Datapath: "auto", PinDir: dir, NoWait: true})
-	ok, _ = readyWithin(wa, 15*time.Second)
+	ok, _ = readyWithin(t, wa, 15*time.Second)
 	dp := datapathLine(wa.out.String())
 	figure(t, "the same with --datapath auto: ready %v, %s", ok, dp)
 	if !ok || !strings.Contains(dp, "datapath: user") || !strings.Contains(wa.out.String(), "owned by uid 65534") {

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,8 +27,8 @@ func TestWardenKilledUnderLoad(t *testing.T) {
 			startReplicas(t, 4, replicaOpts{Speed: 20, ReplyTokens: 1500})
 			w := startWarden(t, wardenOpts{Datapath: dp})
 			stop := make(chan struct{})
-			results := load(8, 1500, "wkill", stop)
-			waitInFlight(t, w, 4)
+			lr := load(8, 1500, "wkill", stop)
+			waitStreaming(t, lr, 4)
 			placed := map[string]int{}
 			for i := range 8 {
 				id := fmt.Sprintf("wkill-%d", i)
@@ -40,7 +41,7 @@ func TestWardenKilledUnderLoad(t *testing.T) {
 			// stop them, then restart.
 			close(stop)
 			hit, slowest := 0, time.Duration(0)
-			for _, r := range results() {
+			for _, r := range lr.results() {
 				if r.Start.Before(at) && r.End.After(at) {
 					hit++
 					slowest = max(slowest, r.End.Sub(at))
@@ -73,17 +74,13 @@ func TestWardenKilledUnderLoad(t *testing.T) {
 	}
 }
 
-// waitInFlight waits until the warden has at least n requests in flight.
-func waitInFlight(t *testing.T, w *warden, n int) {
+// waitStreaming waits until at least n of the load's sessions are
+// streaming: their responses have begun and not ended.
+func waitStreaming(t *testing.T, l *loadRun, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for w.models(t)[0].InFlight < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d requests in flight after 30 s", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // let their streams begin
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d streams to begin", n), func() bool {
+		return len(l.streams()) >= n
+	})
 }
 
 // TestWardenStoppedUnderLoad: SIGTERM while streams are in flight and
@@ -100,17 +97,17 @@ func TestWardenStoppedUnderLoad(t *testing.T) {
 			startReplicas(t, 4, replicaOpts{Speed: 20, ReplyTokens: 600})
 			w := startWarden(t, wardenOpts{Datapath: dp})
 			stop := make(chan struct{})
-			results := load(4, 600, "wterm", stop)
+			lr := load(4, 600, "wterm", stop)
 			keep := keepAliveClients(t, 8, 1, false, 5*time.Millisecond, stop)
 			naive := keepAliveClients(t, 8, 101, true, 200*time.Millisecond, stop)
-			waitInFlight(t, w, 2)
+			waitStreaming(t, lr, 2)
 			at := time.Now()
 			w.signal(t, syscall.SIGTERM)
 			err := w.wait(t, 30*time.Second)
 			exited := time.Since(at)
 			close(stop)
 			hit, cut := 0, 0
-			for _, r := range results() {
+			for _, r := range lr.results() {
 				if r.Start.Before(at) && r.End.After(at) {
 					hit++
 					if !r.Complete {

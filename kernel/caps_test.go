@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testutil"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
@@ -140,13 +141,7 @@ func TestCapabilityProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.State.Mode() == maps.ModeMsg {
-		deadline := time.Now().Add(2 * time.Second)
-		for !p.State.Paired(cookie) {
-			if time.Now().After(deadline) {
-				t.Fatal("the replica's end did not pair")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, 10*time.Second, "the replica's end to pair", func() bool { return p.State.Paired(cookie) })
 		return
 	}
 	if err := p.State.Arm(cookie, maps.SockCtl{Mode: maps.ModePass}); err != nil {

@@ -163,15 +163,26 @@ func TestStreamStalledOnAnUnhealthyReplicaEndsWithAnError(t *testing.T) {
 func TestRequestStalledBeforeItsAnswerOnAnUnhealthyReplicaGets502(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
+	reached := make(chan struct{}, 1)
 	up := rawUpstream(t, func(c net.Conn) {
 		readRequestHead(c)
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
 		<-release
 	})
 	m := mustModel(t, modelConfig(up))
 	_, addr := mustShim(t, m, Options{StallGrace: 200 * time.Millisecond})
 	c := mustDial(t, addr)
 	c.send(t, streamRequest("/v1/chat/completions", "s"))
-	time.Sleep(300 * time.Millisecond)
+	// On the replica before it is marked unhealthy (else it would be
+	// refused a placement, not stalled).
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the replica")
+	}
 	m.SetHealthy(0, false)
 	resp, body := c.response(t)
 	if resp.StatusCode != 502 || !strings.Contains(body, `"error"`) || !strings.Contains(body, "stopped answering") {
@@ -266,7 +277,7 @@ func TestDrainAnswersARequestThatArrivesAsItBegins(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	time.Sleep(100 * time.Millisecond) // the drain has begun
+	testutil.Eventually(t, 10*time.Second, "the drain to begin", s.closing.Load)
 	busy.send(t, messagesRequest("d", []string{"hi", "ho", "again"}, ""))
 	resp, _ := busy.response(t)
 	if resp.StatusCode != 200 || !resp.Close {
@@ -294,7 +305,7 @@ func TestConnectionBoundsShedTheIdleFirst(t *testing.T) {
 	lim := NewConnLimits(100, 3)
 	_, addr := mustShim(t, m, Options{Limits: lim})
 	first := mustDial(t, addr) // idle: no head sent
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "the first connection admitted", func() bool { return lim.Stats().Open == 1 })
 	second, third := mustDial(t, addr), mustDial(t, addr)
 	// Two busy with requests the replica never answers.
 	second.send(t, messagesRequest("a", []string{"hi"}, ""))

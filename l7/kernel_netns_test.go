@@ -144,15 +144,11 @@ func startReplicaInNetns(tb testing.TB, here, there string) replicaProcess {
 func joinNetnsPeer(tb testing.TB, cidr string) string {
 	tb.Helper()
 	var link netlink.Link
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	testutil.Eventually(tb, 10*time.Second, "the veth end to arrive", func() bool {
 		var err error
-		if link, err = netlink.LinkByName("lmwc0"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("the veth end did not arrive")
-		}
-	}
+		link, err = netlink.LinkByName("lmwc0")
+		return err == nil
+	})
 	addr, err := netlink.ParseAddr(cidr)
 	if err != nil {
 		tb.Fatal(err)

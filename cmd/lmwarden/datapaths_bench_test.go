@@ -353,23 +353,28 @@ func startBenchPath(tb testing.TB, bin, path, up string) (string, func()) {
 			maps.Unload(maps.Options{Dir: dir})
 		}
 	}
-	if !waitAccepting(front) {
-		stop()
-		tb.Fatalf("lmwarden serve --datapath %s did not start", path)
-	}
+	waitAccepting(tb, front, "lmwarden serve --datapath "+path+" to start", stop)
 	return front, stop
 }
 
-// waitAccepting waits until addr accepts connections (at most 10 s).
-func waitAccepting(addr string) bool {
-	for range 1000 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return true
+// waitAccepting waits until addr accepts connections (at most 10 s); if
+// it never does, the test fails after stop has stopped what was started.
+func waitAccepting(tb testing.TB, addr, what string, stop func()) {
+	tb.Helper()
+	ok := false
+	defer func() {
+		if !ok { // Eventually failed the test: its Goexit runs this
+			stop()
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+	}()
+	testutil.Eventually(tb, 10*time.Second, what, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	ok = true
 }
 
 // startPeer runs a peer proxy in the foreground until stopped and waits
@@ -397,10 +402,7 @@ func startPeer(tb testing.TB, bin, addr string, args ...string) (string, func())
 			<-done
 		}
 	}
-	if !waitAccepting(addr) {
-		stop()
-		tb.Fatalf("%s did not start on %s", bin, addr)
-	}
+	waitAccepting(tb, addr, bin+" to start on "+addr, stop)
 	return addr, stop
 }
 
