@@ -1,9 +1,3 @@
-// Command lmwarden is the one binary of LM Warden: the daemon (serve), its
-// inspection tools (status, sessions, unload), the simulated vLLM replica
-// (sim), the benchmark (bench) and the one-command demo (demo).
-//
-// Each subcommand lives in its own file and registers itself in init, so
-// adding one never touches this file.
 package main
 
 import (

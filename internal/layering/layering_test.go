@@ -32,6 +32,7 @@ type rule struct {
 type pkg struct {
 	path                 string
 	imports, testImports []string
+	doc                  string // the package comment's first sentence
 }
 
 func TestEveryPackageImportsOnlyWhatArchitectureAllows(t *testing.T) {
@@ -63,6 +64,7 @@ func TestCheckRefusesAForbiddenImportAndAMissingRow(t *testing.T) {
 		"| `agent` | decisions | `internal/vllmlb` | `sim` |\n" +
 		"| `internal/vllmlb` | balancer | | |\n" +
 		"| `cmd/lmwarden` | binary | any | any |\n" +
+		"| `gone` | a package since removed | | |\n" +
 		endMark + "\n"
 	rules, err := parseRules(strings.NewReader(doc))
 	if err != nil {
@@ -77,6 +79,7 @@ func TestCheckRefusesAForbiddenImportAndAMissingRow(t *testing.T) {
 	want := []string{
 		"agent imports sim, which docs/architecture.md does not allow (allowed: internal/vllmlb)",
 		"newpkg has no row in docs/architecture.md's package table: add one",
+		"docs/architecture.md's package table has a row for gone, which is no package of the tree: remove it",
 	}
 	if !slices.Equal(problems, want) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(problems, "\n"), strings.Join(want, "\n"))
@@ -105,7 +108,29 @@ func check(rules map[string]rule, pkgs []pkg) []string {
 				p.path, imp, rulesDoc, orNone(append(slices.Clone(r.imports), r.tests...))))
 		}
 	}
+	// The table is also the map a newcomer reads: a row for a package that
+	// moved or went away misleads as much as a missing one.
+	var stale []string
+	for path := range rules {
+		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.path == path }) {
+			stale = append(stale, path)
+		}
+	}
+	slices.Sort(stale)
+	for _, path := range stale {
+		problems = append(problems, fmt.Sprintf("%s's package table has a row for %s, which is no package of the tree: remove it", rulesDoc, path))
+	}
 	return problems
+}
+
+// TestEveryPackageSaysWhatItIs: each package has a package comment (in
+// its doc.go where it has one), which go doc and a newcomer read first.
+func TestEveryPackageSaysWhatItIs(t *testing.T) {
+	for _, p := range listPackages(t, moduleRoot(t)) {
+		if p.doc == "" {
+			t.Errorf("%s has no package comment: say what it owns and why, in its doc.go", p.path)
+		}
+	}
 }
 
 func orNone(s []string) string {
@@ -193,7 +218,7 @@ func moduleRoot(t *testing.T) string {
 // it, and only the module's own imports are kept.
 func listPackages(t *testing.T, root string) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Doc,Imports,TestImports,XTestImports", "./...")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
@@ -203,7 +228,7 @@ func listPackages(t *testing.T, root string) []pkg {
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for dec.More() {
 		var p struct {
-			ImportPath                         string
+			ImportPath, Doc                    string
 			Imports, TestImports, XTestImports []string
 		}
 		if err := dec.Decode(&p); err != nil {
@@ -219,7 +244,7 @@ func listPackages(t *testing.T, root string) []pkg {
 			return rel
 		}
 		path, _ := strings.CutPrefix(p.ImportPath, module+"/")
-		pkgs = append(pkgs, pkg{path: path, imports: own(p.Imports), testImports: own(append(p.TestImports, p.XTestImports...))})
+		pkgs = append(pkgs, pkg{path: path, doc: p.Doc, imports: own(p.Imports), testImports: own(append(p.TestImports, p.XTestImports...))})
 	}
 	return pkgs
 }
