@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
@@ -29,13 +30,19 @@ func (w *Warden) Readiness() adminapi.Readiness {
 		s := m.Status()
 		mr := adminapi.ModelReadiness{Name: s.Name, Replicas: len(s.Replicas)}
 		for _, rep := range s.Replicas {
-			if rep.Healthy && rep.ObservedAt != nil {
+			switch {
+			case rep.Reason != "":
+				mr.Unready = append(mr.Unready, fmt.Sprintf("replica %d (%s): %s", rep.Index, rep.URL, rep.Reason))
+			case rep.ObservedAt == nil:
+				mr.Unready = append(mr.Unready, fmt.Sprintf("replica %d (%s): not polled yet", rep.Index, rep.URL))
+			default:
 				mr.Ready++
 			}
 		}
 		if mr.Ready == 0 {
 			r.Ready = false
-			r.Reasons = append(r.Reasons, fmt.Sprintf("model %s: none of %d replicas is healthy and polled (GET /health and /metrics)", s.Name, mr.Replicas))
+			r.Reasons = append(r.Reasons, fmt.Sprintf("model %s: none of %d replicas is healthy and polled (GET /health and /metrics): %s",
+				s.Name, mr.Replicas, strings.Join(mr.Unready, "; ")))
 		}
 		r.Models = append(r.Models, mr)
 	}

@@ -470,11 +470,12 @@ func (mc *ModelConfig) check(at string, p *problems) {
 		for j, u := range mc.Replicas {
 			if err := checkReplicaURL(u); err != nil {
 				bad(fmt.Sprintf("replicas[%d]", j), "%v", err)
+				continue
 			}
-			if k, dup := seen[u]; dup {
-				bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d]", u, k)
+			if k, dup := seen[replicaKey(u)]; dup {
+				bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d] (%s): one server counted twice gets twice its share", u, k, mc.Replicas[k])
 			}
-			seen[u] = j
+			seen[replicaKey(u)] = j
 		}
 	}
 	if !mc.SpillThreshold.Auto && mc.SpillThreshold.N < 1 {
@@ -552,13 +553,20 @@ func checkHostPort(s string) error {
 	return nil
 }
 
+// checkReplicaURL accepts http://host:port (a trailing slash allowed)
+// and says plainly what is wrong with anything else: the warden adds the
+// API's own paths (/v1/..., /health, /metrics) to the URL, so a path in
+// it would send every request and poll somewhere else.
 func checkReplicaURL(s string) error {
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("%q has no scheme: write http://%s", s, strings.TrimLeft(s, "/"))
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("%q: %v", s, err)
 	}
 	if u.Scheme != "http" {
-		return fmt.Errorf("%q: want an http:// URL", s)
+		return fmt.Errorf("%q: want an http:// URL (the warden speaks plain HTTP to its replicas), got %s://", s, u.Scheme)
 	}
 	if u.Port() == "" || u.Hostname() == "" {
 		return fmt.Errorf("%q: want http://host:port", s)
@@ -566,7 +574,23 @@ func checkReplicaURL(s string) error {
 	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("%q: bad port", s)
 	}
+	if u.Path != "" && u.Path != "/" {
+		return fmt.Errorf("%q: a path (%s) is not allowed: write http://%s, the warden adds /v1/..., /health and /metrics itself", s, u.Path, u.Host)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: want http://host:port, without user, query or fragment", s)
+	}
 	return nil
+}
+
+// replicaKey is what makes two replica URLs the same server: host
+// (lowercased) and port, whatever else differs (a trailing slash).
+func replicaKey(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return strings.ToLower(u.Host)
 }
 
 func validHeaderName(h string) bool {
