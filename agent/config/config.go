@@ -74,6 +74,9 @@ type Config struct {
 	// surrounding space allowed): a mounted secret, shared with other
 	// wardens and the endpoint picker (docs/multihost.md).
 	HashKeyFile string `yaml:"hash_key_file"`
+	// AccessLog: one info line a request (l7/accesslog.go, docs/serve.md,
+	// "Access log"); nil means on. serve --access-log overrides it.
+	AccessLog *bool `yaml:"access_log"`
 	// BodyTimeout bounds the whole request body: it must have arrived this
 	// long after its head, or the client gets 408 and the replica's
 	// request is aborted.
@@ -309,6 +312,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	return c, nil
 }
+
+// AccessLogOn reports whether the access log is on (the default).
+func (c *Config) AccessLogOn() bool { return c.AccessLog == nil || *c.AccessLog }
 
 // ApplyFlags lets command-line flags override the file: listen and replicas
 // apply to the only model (an error when there are several), admin and
