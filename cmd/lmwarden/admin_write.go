@@ -113,7 +113,9 @@ func runPolicy(args []string, out io.Writer) error {
 func runDrain(args []string, out io.Writer) error {
 	var undo bool
 	w, pos, err := parseWrite("drain", "lmwarden drain MODEL REPLICA [--undo] (REPLICA: its index, as lmwarden status shows it)", args, 2,
-		func(fs *flag.FlagSet) { fs.BoolVar(&undo, "undo", false, "end the drain: the replica takes new conversations again") })
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&undo, "undo", false, "end the drain: the replica takes new conversations again")
+		})
 	if err != nil {
 		return err
 	}
