@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
 
@@ -47,6 +49,20 @@ func (w *Warden) Readiness() adminapi.Readiness {
 		r.Models = append(r.Models, mr)
 	}
 	return r
+}
+
+// readyGauge is lmwarden_ready: /readyz as a metric, so that an alert
+// and the board see what a balancer in front sees.
+func (w *Warden) readyGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lmwarden_ready",
+		Help: "1 when GET /readyz answers 200: every frontend listens and every model has a healthy, polled replica; 0 otherwise (the reasons are in /readyz).",
+	}, func() float64 {
+		if w.Readiness().Ready {
+			return 1
+		}
+		return 0
+	})
 }
 
 // Info is GET /api/v1/warden.
