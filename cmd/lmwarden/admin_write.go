@@ -53,6 +53,10 @@ func parseWrite(name, usage string, args []string, n int, extra func(*flag.FlagS
 	if extra != nil {
 		extra(fs)
 	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n", usage)
+		fs.PrintDefaults()
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
