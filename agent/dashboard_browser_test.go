@@ -168,7 +168,7 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		var seen []replicaReason
 		testutil.Eventually(t, 10*time.Second, "the page to show the drain", func() bool {
 			seen = mustRun(t, ctx, chromedp.Evaluate[[]replicaReason](reasonsJS))
-			return len(seen) == 4 && seen[2].Cell == want && seen[2].History == want && seen[2].Verdict == "⏸ draining"
+			return len(seen) == 4 && seen[2].Cell == want && seen[2].History == want && seen[2].Verdict == "‖ draining"
 		})
 		saveScreenshot(t, ctx, "dashboard-models-draining.png")
 		for i, r := range seen {

@@ -296,7 +296,7 @@
   // it why the replica takes no placements (the poll that failed, or the
   // drain), so that an operator reads the cause here, not in the log.
   function renderHealth(td, r) {
-    const verdict = !r.healthy ? '✗ no' : r.draining ? '⏸ draining' : '✓ yes';
+    const verdict = !r.healthy ? '✗ no' : r.draining ? '‖ draining' : '✓ yes';
     if (td.dataset.value === String(r.healthy) && td.dataset.reason === r.reason && td.dataset.draining === String(r.draining)) return;
     td.replaceChildren(el('span', { class: 'verdict', text: verdict }),
       ...(r.reason ? [el('span', { class: 'reason', 'data-reason': '', text: r.reason })] : []));
@@ -357,13 +357,17 @@
       tr.dataset.replicaRow = String(r.index);
       tr.classList.toggle('unhealthy', !r.healthy);
       tr.classList.toggle('draining', r.draining);
-      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr || cells.replica.dataset.healthy !== String(r.healthy)) {
+      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr || cells.replica.dataset.healthy !== String(r.healthy) ||
+        cells.replica.dataset.draining !== String(r.draining)) {
         // The replica column stays in view when the table scrolls: an
-        // unhealthy replica says so there too, not only in the last column.
-        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }),
-          ...(r.healthy ? [] : [el('span', { class: 'down-mark', text: '✗ down' })]));
+        // unhealthy or draining replica says so there too, not only in the
+        // last column (whose reason may be wide).
+        const mark = !r.healthy ? [el('span', { class: 'down-mark', text: '✗ down' })]
+          : r.draining ? [el('span', { class: 'drain-mark', text: '‖ draining' })] : [];
+        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }), ...mark);
         cells.replica.dataset.value = String(r.index);
         cells.replica.dataset.healthy = String(r.healthy);
+        cells.replica.dataset.draining = String(r.draining);
         cells.replica.title = r.addr;
       }
       for (const [field, , , kind] of COLUMNS) {
@@ -574,11 +578,12 @@
       row.root.classList.toggle('unhealthy', !r.healthy);
       setText(row.name, 'Replica ' + r.index);
       setText(row.addr, r.addr.replace(/^https?:\/\//, ''));
-      setText(row.badge, !r.healthy ? '✗ UNHEALTHY' : r.draining ? '⏸ draining' : '✓ healthy');
+      setText(row.badge, !r.healthy ? '✗ UNHEALTHY' : r.draining ? '‖ draining' : '✓ healthy');
       row.badge.className = 'badge ' + (!r.healthy ? 'down' : r.draining ? 'draining' : 'ok');
       row.badge.dataset.value = String(r.healthy);
       setText(row.reason, r.reason);
       row.reason.hidden = !r.reason;
+      row.reason.classList.toggle('draining', r.healthy && r.draining);
       const pts = rs ? livePoints(rs.points, resp) : [];
       for (const [key, label, colour, kind, top] of SPARKS) drawSpark(row.sparks[key], pts, key, label, colour, kind, top);
     });
