@@ -19,7 +19,9 @@ import (
 
 // Defaults of the configuration (docs/config.md lists them for users).
 const (
-	DefaultAdmin           = "127.0.0.1:9100"
+	DefaultAdmin = "127.0.0.1:9100"
+	// DefaultSpillThreshold is the floor of spill_threshold auto (the
+	// default) and its value while a replica's batch is not yet known.
 	DefaultSpillThreshold  = 8
 	DefaultSessionTTL      = 30 * time.Minute
 	DefaultPolicy          = PolicySticky
@@ -226,7 +228,7 @@ func DefaultModel(name string) ModelConfig {
 func (mc *ModelConfig) setDefaults() {
 	*mc = ModelConfig{
 		Affinity:       true,
-		SpillThreshold: SpillThreshold{N: DefaultSpillThreshold},
+		SpillThreshold: SpillThreshold{Auto: true},
 		SessionHeaders: append([]string(nil), DefaultSessionHeaders...),
 		AgentHeaders:   append([]string(nil), DefaultAgentHeaders...),
 		BodyKey:        true,

@@ -43,7 +43,7 @@ func TestConfigDefaultsApply(t *testing.T) {
 		t.Errorf("unhealthy_after %d", c.UnhealthyAfter)
 	case !mc.Affinity:
 		t.Errorf("affinity off by default")
-	case mc.SpillThreshold.Auto || mc.SpillThreshold.N != 8:
+	case !mc.SpillThreshold.Auto:
 		t.Errorf("spill_threshold %v", mc.SpillThreshold)
 	case mc.Policy != PolicySticky:
 		t.Errorf("policy %q", mc.Policy)
