@@ -26,6 +26,7 @@ func init() {
 // serveFlags are serve's command line.
 type serveFlags struct {
 	configFile, listen, admin, datapath, pinDir, policy, tokenFile string
+	accessLog                                                      string // on, off or "" (the config's)
 	replicas                                                       repeatedFlag
 	log                                                            logFlags
 	shutdown, responseTimeout                                      time.Duration
@@ -45,6 +46,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	f.log.register(fs)
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	fs.DurationVar(&f.responseTimeout, "response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
+	fs.StringVar(&f.accessLog, "access-log", "", "on or off: one info line a request, keyed hashes only (default: the config's access_log, else on)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -68,6 +70,10 @@ func runServe(args []string) error {
 	hup := newReloader(log) // from now on SIGHUP reloads instead of killing (reload.go)
 
 	cfg, err := flags.config()
+	if err != nil {
+		return err
+	}
+	access, err := accessLogger(cfg, flags.accessLog, log)
 	if err != nil {
 		return err
 	}
@@ -105,7 +111,7 @@ func runServe(args []string) error {
 	hup.start(ctx, w, reload)
 
 	// Frontends first: a port that is taken fails the start before anything runs.
-	fe, err := startFrontends(w, cfg, flags, dp, connLimits(cfg, nofile, log), log)
+	fe, err := startFrontends(w, cfg, flags, dp, connLimits(cfg, nofile, log), access, log)
 	if err != nil {
 		return err
 	}
@@ -204,7 +210,7 @@ func (fe *frontends) close() {
 
 // startFrontends listens on every model's frontend and serves it with a
 // shim; a frontend that cannot listen closes the ones already started.
-func startFrontends(w *agent.Warden, cfg *config.Config, flags *serveFlags, dp *servedDatapath, limits *l7.ConnLimits, log *slog.Logger) (*frontends, error) {
+func startFrontends(w *agent.Warden, cfg *config.Config, flags *serveFlags, dp *servedDatapath, limits *l7.ConnLimits, access, log *slog.Logger) (*frontends, error) {
 	upstreams := dp.upstreams()
 	fe := &frontends{failed: make(chan error, len(w.Models())), log: log}
 	for _, m := range w.Models() {
@@ -216,7 +222,7 @@ func startFrontends(w *agent.Warden, cfg *config.Config, flags *serveFlags, dp *
 		s := l7.NewShim(m, l7.Options{
 			Datapath: dp.Datapath, Upstreams: upstreams, Logger: log,
 			ShutdownTimeout: flags.shutdown, ResponseTimeout: flags.responseTimeout,
-			BodyDeadline: cfg.BodyTimeout, Limits: limits,
+			BodyDeadline: cfg.BodyTimeout, Limits: limits, AccessLog: access,
 		})
 		fe.shims = append(fe.shims, s)
 		go func() { fe.failed <- s.Serve(ln) }()
@@ -263,6 +269,25 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// accessLogger is the access log's logger (nil: off): the daemon's own
+// handler, so --log-format applies and --log-level above info silences it.
+func accessLogger(cfg *config.Config, flag string, log *slog.Logger) (*slog.Logger, error) {
+	on := cfg.AccessLogOn()
+	switch flag {
+	case "":
+	case "on":
+		on = true
+	case "off":
+		on = false
+	default:
+		return nil, fmt.Errorf("--access-log %q: want on or off: %w", flag, errUsage)
+	}
+	if !on {
+		return nil, nil
+	}
+	return log, nil
 }
 
 func shapeOf(m *placement.Model) string {
