@@ -543,4 +543,18 @@ func relayChunked(dst, src *datapath.Conn, idle time.Duration) (int64, error) {
 	return datapath.RelayChunked(dst, src, idle, false, false)
 }
 
-var _ datapath.Datapath = (*SkbPath)(nil)
+// Capabilities implements datapath.Datapath: the sk_skb datapath peeks a
+// connection's first head and waits for the next without reading it, may
+// leave a head in the socket ahead of the body, and says where a cut
+// response stands.
+func (k *SkbPath) Capabilities() datapath.Capabilities {
+	return datapath.Capabilities{HeadReader: k, HeadWaiter: k, Queued: k, Cutter: k}
+}
+
+var (
+	_ datapath.Datapath       = (*SkbPath)(nil)
+	_ datapath.HeadReader     = (*SkbPath)(nil)
+	_ datapath.HeadWaiter     = (*SkbPath)(nil)
+	_ datapath.QueuedRequest  = (*SkbPath)(nil)
+	_ datapath.ResponseCutter = (*SkbPath)(nil)
+)

@@ -154,7 +154,7 @@ func (s *Shim) fail(x *exchange, p placement.Placement, status int, start time.T
 			if cs, known := x.recordedCut(); known && cs.Began {
 				status, x.responseBegan = 0, true
 			}
-		} else if rc, ok := s.dp.(datapath.ResponseCarrier); ok && rc.Disarm(&x.Exchange) {
+		} else if rc := s.caps.Carrier; rc != nil && rc.Disarm(&x.Exchange) {
 			status, x.responseBegan = 0, true
 		}
 	}
@@ -215,14 +215,11 @@ func (s *Shim) failureReason(x *exchange, status int, err error) string {
 
 // replicaURL is a replica's URL ("" when the placer does not say).
 func (s *Shim) replicaURL(replica int) string {
-	if n, ok := s.placer.(replicaNamer); ok && replica >= 0 {
-		return n.ReplicaURL(replica)
+	if replica >= 0 {
+		return s.placer.ReplicaURL(replica)
 	}
 	return ""
 }
-
-// bodyArrival is implemented by *placement.Model (placement.Request.BodyPending).
-type bodyArrival interface{ BodyArrived(*placement.Placement) }
 
 // parkedPoll is how often a parked request checks that its client is
 // still there.
@@ -323,9 +320,7 @@ func (s *Shim) relayRequestBody(x *exchange, p *placement.Placement) error {
 const bodyDeadlineSlack = 250 * time.Millisecond
 
 func (s *Shim) bodyArrived(p *placement.Placement) {
-	if b, ok := s.placer.(bodyArrival); ok {
-		b.BodyArrived(p)
-	}
+	s.placer.BodyArrived(p)
 }
 
 // trackArmed records that x may be carried by the datapath (or no longer),
@@ -341,7 +336,7 @@ func (s *Shim) trackArmed(x *exchange, on bool) {
 	closing := s.closing.Load()
 	s.mu.Unlock()
 	if closing {
-		s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange)
+		s.caps.Carrier.Disarm(&x.Exchange)
 	}
 }
 
@@ -352,7 +347,7 @@ func (s *Shim) probeGuard(x *exchange, armed bool) func() bool {
 	if !armed {
 		return nil
 	}
-	return func() bool { return !s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange) }
+	return func() bool { return !s.caps.Carrier.Disarm(&x.Exchange) }
 }
 
 // headAsIs reports whether the client may get the replica's response head
@@ -371,7 +366,7 @@ func (s *Shim) headAsIs(x *exchange) bool {
 func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http1.ResponseHead, bool, error) {
 	if armed {
 		x.Idle = s.opts.ResponseTimeout
-		resp, carried, err := s.dp.(datapath.ResponseCarrier).AwaitResponse(&x.Exchange)
+		resp, carried, err := s.caps.Carrier.AwaitResponse(&x.Exchange)
 		if err != nil || carried {
 			return resp, carried, err
 		}
@@ -381,23 +376,10 @@ func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http
 	return resp, false, err
 }
 
-// responseObserver is implemented by *placement.Model: it keeps the time to
-// first byte and duration histograms (lmwarden_*_seconds).
-type responseObserver interface {
-	ObserveResponse(placement.ResponseTiming, time.Time)
-}
-
-// answeredObserver is implemented by *placement.Model: the dashboard shows
-// the errors the warden answered itself, by code.
-type answeredObserver interface {
-	ObserveAnswered(code int, now time.Time)
-}
-
 // observe hands the timings of an exchange relayed to its end to the
 // placer, when it keeps them.
 func (s *Shim) observe(x *exchange, start, end time.Time) {
-	o, ok := s.placer.(responseObserver)
-	if !ok || x.Response == nil {
+	if x.Response == nil {
 		return
 	}
 	first := x.headAt
@@ -406,7 +388,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	} else if !at.IsZero() {
 		first = at
 	}
-	o.ObserveResponse(placement.ResponseTiming{
+	s.placer.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
 	}, end)
@@ -480,9 +462,9 @@ func dechunked(h *http1.Head, r *http1.ResponseHead) bool {
 // failed request body.
 func (s *Shim) answeredEarly(x *exchange, armed bool) bool {
 	if armed {
-		return s.dp.(datapath.ResponseCarrier).AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+		return s.caps.Carrier.AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
 	}
-	if _, user := s.dp.(*datapath.UserPath); !user {
+	if s.caps.Userspace == nil {
 		return false
 	}
 	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)
@@ -527,9 +509,7 @@ func (s *Shim) rejectRetry(c *datapath.Conn, h *http1.Head, after time.Duration)
 // rejectAnswer is reject with a reason and the Retry-After of a 503.
 func (s *Shim) rejectAnswer(c *datapath.Conn, status int, h *http1.Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
-	if o, ok := s.placer.(answeredObserver); ok {
-		o.ObserveAnswered(status, time.Now())
-	}
+	s.placer.ObserveAnswered(status, time.Now())
 	text := statusText(status)
 	msg := "lmwarden: " + text
 	if why != "" {

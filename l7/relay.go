@@ -26,8 +26,7 @@ func (s *Shim) relay(x *exchange, p *placement.Placement, reused bool) (int, err
 			return 0, err
 		}
 	}
-	r := &relayRun{s: s, x: x, p: p, reused: reused}
-	r.carrier, _ = s.dp.(datapath.ResponseCarrier)
+	r := &relayRun{s: s, x: x, p: p, reused: reused, carrier: s.caps.Carrier}
 	defer func() {
 		if r.armed {
 			s.trackArmed(x, false)
@@ -244,9 +243,8 @@ func (r *relayRun) relayBody(watch *clientWatch, resp *http1.ResponseHead) (int,
 	// body itself. A kernel datapath reads only what its verdict passes
 	// (a response's tail, say), so its reads say nothing of the first
 	// byte: the head's time stands there.
-	_, userPath := s.dp.(*datapath.UserPath)
 	x.headAt = time.Now()
-	x.Upstream.StampNextRead(len(x.Upstream.Pending) == 0 && (userPath || dechunk))
+	x.Upstream.StampNextRead(len(x.Upstream.Pending) == 0 && (s.caps.Userspace != nil || dechunk))
 	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
 	if err := watch.writeHead(s.opts.BodyTimeout, http1.WithParked(http1.ClientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
 		watch.stop()
