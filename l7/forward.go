@@ -21,9 +21,22 @@ import (
 // another request.
 func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.stats.requests.Add(1)
-	p, start, parked, ok := s.admit(client, h)
+	held := client.Pending
+	if len(held) == 0 {
+		held = client.Peeked
+	}
+	key := RoutingKeyOf(h, s.placer.KeySources(), held)
+	client.Peeked = nil
+	s.countKey(key)
+	start := time.Now()
+	acc := s.beginAccess(client, h, key, start)
+	defer s.endAccess(client, acc)
+	p, parked, ok := s.admit(client, h, key, start)
 	if !ok {
 		return false
+	}
+	if acc != nil {
+		acc.p = &p // through the pointer: a retry that moves p is seen
 	}
 	// From here on the request is in flight: Done exactly once, whatever
 	// path this function leaves by (p changes if Retry moves it; a failed
@@ -47,6 +60,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		parked:   parked, began: start, sessionHash: p.SessionHash,
 	}
 	x.setUpstream(up)
+	if acc != nil {
+		acc.x = x
+	}
 	s.trackExchange(x, true)
 	status, err := s.relay(x, &p, reused)
 	s.trackExchange(x, false)
@@ -84,21 +100,14 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	return x.keepAliveSent
 }
 
-// admit keys the request, waits for its body where it may (bodywait.go)
-// and places it, parked first if admission says so. ok is false when the
-// request ends here: the client left, or the shim answered it.
-func (s *Shim) admit(client *datapath.Conn, h *http1.Head) (p placement.Placement, start time.Time, parked time.Duration, ok bool) {
-	held := client.Pending
-	if len(held) == 0 {
-		held = client.Peeked
-	}
-	key := RoutingKeyOf(h, s.placer.KeySources(), held)
-	client.Peeked = nil
-	s.countKey(key)
-	start = time.Now()
+// admit waits for the request's body where it may (bodywait.go) and
+// places the request by key, parked first if admission says so. ok is
+// false when the request ends here: the client left, or the shim answered
+// it.
+func (s *Shim) admit(client *datapath.Conn, h *http1.Head, key RoutingKey, start time.Time) (p placement.Placement, parked time.Duration, ok bool) {
 	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
 	if !ok {
-		return p, start, 0, false
+		return p, 0, false
 	}
 	// A body that is not whole in hand or in the socket does not steer
 	// placement until it has arrived (placement.Request.BodyPending).
@@ -120,23 +129,31 @@ func (s *Shim) admit(client *datapath.Conn, h *http1.Head) (p placement.Placemen
 	if err == nil && wait != nil {
 		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
 			s.stats.countAbandoned(abandonedParked)
-			return p, start, 0, false
+			return p, 0, false
 		}
 		parked = time.Since(start)
 	}
 	if err != nil {
-		var full *placement.AdmissionFullError
-		if errors.As(err, &full) {
-			s.rejectRetry(client, h, full.RetryAfter)
-		} else if errors.Is(err, placement.ErrNoHealthyReplica) || errors.Is(err, placement.ErrAdmissionFull) {
-			s.reject(client, 503, h)
-		} else {
-			s.log.Warn("placement failed", "err", err)
-			s.reject(client, 502, h)
-		}
-		return p, start, parked, false
+		s.placementFailed(client, h, err)
+		return p, parked, false
 	}
-	return p, start, parked, true
+	return p, parked, true
+}
+
+// placementFailed answers a request placement refused: 503 when no
+// replica is healthy or admission's queue is full (with the Retry-After
+// admission suggests), else 502.
+func (s *Shim) placementFailed(client *datapath.Conn, h *http1.Head, err error) {
+	var full *placement.AdmissionFullError
+	switch {
+	case errors.As(err, &full):
+		s.rejectRetry(client, h, full.RetryAfter)
+	case errors.Is(err, placement.ErrNoHealthyReplica) || errors.Is(err, placement.ErrAdmissionFull):
+		s.reject(client, 503, h)
+	default:
+		s.log.Warn("placement failed", "err", err)
+		s.reject(client, 502, h)
+	}
 }
 
 // fail ends an exchange whose relay failed: what the client got of the
@@ -388,6 +405,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	} else if !at.IsZero() {
 		first = at
 	}
+	x.firstAt = first
 	s.placer.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
@@ -509,6 +527,7 @@ func (s *Shim) rejectRetry(c *datapath.Conn, h *http1.Head, after time.Duration)
 // rejectAnswer is reject with a reason and the Retry-After of a 503.
 func (s *Shim) rejectAnswer(c *datapath.Conn, status int, h *http1.Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
+	c.Answered, c.AnsweredAt = status, time.Now()
 	s.placer.ObserveAnswered(status, time.Now())
 	text := statusText(status)
 	msg := "lmwarden: " + text

@@ -53,6 +53,9 @@ type PlacerReports interface {
 	// Replicas is how many replicas the model has: each has byte counts
 	// from the start.
 	Replicas() int
+	// HashSession hashes an id with the model's key: the access log
+	// names an agent by it, never by the raw id.
+	HashSession(id string) uint64
 }
 
 var _ Placer = (*placement.Model)(nil)
@@ -89,6 +92,9 @@ type Options struct {
 	// daemon); nil: no bound.
 	Limits *ConnLimits
 	Logger *slog.Logger // nil: slog.Default()
+	// AccessLog, if set, gets one info line a request (accesslog.go);
+	// nil: no access log.
+	AccessLog *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -316,6 +322,7 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 			if status := http1.HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
 				s.log.Debug("bad request head", "status", status, "err", err)
 				s.reject(c, status, nil)
+				s.accessBadHead(c, status, headDeadline.Add(-s.opts.HeadTimeout))
 			} else if status == 408 {
 				lingerClose(c) // drained before it sent a byte
 			}
