@@ -31,11 +31,6 @@ var citedPath = regexp.MustCompile(`(?:^|[^\w/.\-<>])((?:` + strings.Join(topDir
 // vectors.h, and ours are cited with their directory, bpf/lmwarden.h.)
 var bareSource = regexp.MustCompile(`(?:^|[^\w/.\-<>*])([a-z][a-z0-9_]*\.go)\b`)
 
-// citedElsewhere are dangling citations in files another change rewrites
-// (the split of SkbPath.RelayResponseBody in kernel/skb.go drops this
-// one); each entry goes when that change lands.
-var citedElsewhere = map[string]bool{"kernel/skb.go kernel_pool.go": true}
-
 // placeholder is a <name> in a cited path, read as a glob.
 var placeholder = regexp.MustCompile(`<[^<>/]*>`)
 
@@ -77,7 +72,7 @@ func TestCitedPathsExist(t *testing.T) {
 				continue
 			}
 			for _, m := range bareSource.FindAllStringSubmatch(tx.text, -1) {
-				if !names[m[1]] && !citedElsewhere[f+" "+m[1]] {
+				if !names[m[1]] {
 					t.Errorf("%s:%d cites %s, and no file of the repository has that name", f, tx.line, m[1])
 				}
 			}
