@@ -27,7 +27,9 @@ install: build
 	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)$(DOCDIR)
 	sed 's|/usr/local/|$(PREFIX)/|g' scripts/lmwarden.service > $(DESTDIR)/etc/systemd/system/lmwarden.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/lmwarden.service
-	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 README.md CHANGELOG.md LICENSE docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -d -m 0755 $(DESTDIR)$(DOCDIR)/LICENSES
+	install -m 0644 LICENSES/* $(DESTDIR)$(DOCDIR)/LICENSES/
 	test -e $(DESTDIR)/etc/lmwarden/lmwarden.yaml || install -D -m 0644 scripts/lmwarden.yaml $(DESTDIR)/etc/lmwarden/lmwarden.yaml
 
 # deps installs only what is missing (Debian packages, npm clients, bpffs).

@@ -175,7 +175,8 @@ func TestMakeInstallStagesAVerifiedHardenedUnit(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	for _, f := range []string{"usr/local/bin/lmwarden", "etc/systemd/system/lmwarden.service", "etc/lmwarden/lmwarden.yaml",
-		"usr/local/share/doc/lmwarden/deploy.md", "usr/local/share/doc/lmwarden/README.md"} {
+		"usr/local/share/doc/lmwarden/deploy.md", "usr/local/share/doc/lmwarden/README.md",
+		"usr/local/share/doc/lmwarden/LICENSE", "usr/local/share/doc/lmwarden/LICENSES/GPL-2.0-only.txt"} {
 		if _, err := os.Stat(filepath.Join(stage, f)); err != nil {
 			t.Errorf("not installed: %s", f)
 		}
