@@ -21,6 +21,7 @@ import (
 //	GET /api/v1/models/{name}             one model
 //	PUT /api/v1/models/{name}/affinity    {"affinity": true|false}
 //	PUT /api/v1/models/{name}/policy      {"policy": "cost"}
+//	PUT /api/v1/models/{name}/replicas/{index}/drain  {"drain": true|false} (admin_drain.go)
 //	GET /api/v1/sessions?model=&limit=&after=  live sessions, hashes only, a page (admin_sessions.go)
 //	GET /api/v1/stats?window=1h           token time series (dashboard)
 //	GET /api/v1/warden                    build, start, datapath, readiness (health.go)
@@ -33,6 +34,7 @@ func (w *Warden) routes() {
 	w.mux.HandleFunc("GET /api/v1/models/{name}", w.handleModel)
 	w.mux.HandleFunc("PUT /api/v1/models/{name}/affinity", w.handleAffinity)
 	w.mux.HandleFunc("PUT /api/v1/models/{name}/policy", w.handlePolicy) // admin_policy.go
+	w.mux.HandleFunc("PUT /api/v1/models/{name}/replicas/{index}/drain", w.handleDrain)
 	w.mux.HandleFunc("GET /api/v1/sessions", w.handleSessions)
 	w.mux.Handle("GET /api/v1/stats", StatsHandler(w.series))
 	w.mux.HandleFunc("GET /api/v1/warden", w.handleInfo) // health.go

@@ -154,6 +154,30 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		saveScreenshot(t, ctx, "dashboard-stats.png")
 	})
 
+	t.Run("a draining replica says so, and why it takes no placements", func(t *testing.T) {
+		m := env.warden.Model(dashboardModel)
+		if err := m.SetDraining(2, true); err != nil {
+			t.Fatal(err)
+		}
+		defer m.SetDraining(2, false)
+		mustDo(t, ctx, chromedp.Navigate(env.admin+"/#models"), chromedp.WaitVisible(chromedp.CSS(`[data-replica-history]`)))
+		want := env.model(t).Replicas[2].Reason
+		if !strings.HasPrefix(want, "draining") {
+			t.Fatalf("API reason %q", want)
+		}
+		var seen []replicaReason
+		testutil.Eventually(t, 10*time.Second, "the page to show the drain", func() bool {
+			seen = mustRun(t, ctx, chromedp.Evaluate[[]replicaReason](reasonsJS))
+			return len(seen) == 4 && seen[2].Cell == want && seen[2].History == want && seen[2].Verdict == "‖ draining"
+		})
+		saveScreenshot(t, ctx, "dashboard-models-draining.png")
+		for i, r := range seen {
+			if i != 2 && (r.Cell != "" || r.History != "" || r.Verdict != "✓ yes") {
+				t.Errorf("replica %d: %+v, want healthy and no reason", i, r)
+			}
+		}
+	})
+
 	t.Run("at 700 px an unhealthy replica is plain to see", func(t *testing.T) {
 		mustDo(t, ctx, chromedp.EmulateViewport(700, 900), chromedp.Navigate(env.admin+"/#models"),
 			chromedp.WaitVisible(chromedp.CSS(`[data-replica-history]`)))
@@ -177,6 +201,22 @@ func TestDashboardShowsWhatTheAPIReports(t *testing.T) {
 		if seen.BadgeText != "✗ UNHEALTHY" {
 			t.Errorf("badge says %q", seen.BadgeText)
 		}
+		// Why, beside each replica: the poll that failed, as the API says it.
+		api := env.model(t).Replicas
+		var reasons []replicaReason
+		testutil.Eventually(t, 10*time.Second, "the page to say why each replica is down", func() bool {
+			reasons = mustRun(t, ctx, chromedp.Evaluate[[]replicaReason](reasonsJS))
+			for i, r := range reasons {
+				if r.Cell != api[i].Reason || r.History != api[i].Reason || r.Verdict != "✗ no" || !r.Visible {
+					return false
+				}
+			}
+			return len(reasons) == 4
+		})
+		t.Logf("replica 0: %q", reasons[0].Cell)
+		if !strings.HasPrefix(reasons[0].Cell, "GET /health: ") || !strings.Contains(reasons[0].Cell, "connection refused") {
+			t.Errorf("reason %q, want the refused GET /health", reasons[0].Cell)
+		}
 		saveScreenshot(t, ctx, "dashboard-models-700-unhealthy.png")
 	})
 }
@@ -194,6 +234,28 @@ func (env *dashboardEnv) sendMalformed(tb testing.TB) {
 		tb.Fatalf("malformed head answered %q", b)
 	}
 }
+
+// replicaReason is what the page says of one replica's health: the
+// verdict and the reason in its row, and the reason on its history.
+type replicaReason struct {
+	Verdict, Cell, History string
+	Visible                bool // the row's reason is drawn (not hidden, not empty)
+}
+
+const reasonsJS = `(() => {
+  const card = document.querySelector('[data-model="` + dashboardModel + `"]');
+  return [...card.querySelectorAll('tr[data-replica-row]')].map((tr) => {
+    const td = tr.querySelector('td[data-field="healthy"]');
+    const reason = td.querySelector('[data-reason]');
+    const hist = card.querySelector('[data-replica-history="' + tr.dataset.replicaRow + '"] [data-reason]');
+    return {
+      Verdict: td.querySelector('.verdict').textContent,
+      Cell: reason ? reason.textContent : '',
+      History: hist && !hist.hidden ? hist.textContent : '',
+      Visible: !!reason && reason.getBoundingClientRect().height > 0,
+    };
+  });
+})()`
 
 type unhealthyView struct {
 	Badges, Rows, Overflow int

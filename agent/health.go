@@ -3,6 +3,9 @@ package agent
 import (
 	"fmt"
 	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 )
@@ -29,17 +32,37 @@ func (w *Warden) Readiness() adminapi.Readiness {
 		s := m.Status()
 		mr := adminapi.ModelReadiness{Name: s.Name, Replicas: len(s.Replicas)}
 		for _, rep := range s.Replicas {
-			if rep.Healthy && rep.ObservedAt != nil {
+			switch {
+			case rep.Reason != "":
+				mr.Unready = append(mr.Unready, fmt.Sprintf("replica %d (%s): %s", rep.Index, rep.URL, rep.Reason))
+			case rep.ObservedAt == nil:
+				mr.Unready = append(mr.Unready, fmt.Sprintf("replica %d (%s): not polled yet", rep.Index, rep.URL))
+			default:
 				mr.Ready++
 			}
 		}
 		if mr.Ready == 0 {
 			r.Ready = false
-			r.Reasons = append(r.Reasons, fmt.Sprintf("model %s: none of %d replicas is healthy and polled (GET /health and /metrics)", s.Name, mr.Replicas))
+			r.Reasons = append(r.Reasons, fmt.Sprintf("model %s: none of %d replicas is healthy and polled (GET /health and /metrics): %s",
+				s.Name, mr.Replicas, strings.Join(mr.Unready, "; ")))
 		}
 		r.Models = append(r.Models, mr)
 	}
 	return r
+}
+
+// readyGauge is lmwarden_ready: /readyz as a metric, so that an alert
+// and the board see what a balancer in front sees.
+func (w *Warden) readyGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lmwarden_ready",
+		Help: "1 when GET /readyz answers 200: every frontend listens and every model has a healthy, polled replica; 0 otherwise (the reasons are in /readyz).",
+	}, func() float64 {
+		if w.Readiness().Ready {
+			return 1
+		}
+		return 0
+	})
 }
 
 // Info is GET /api/v1/warden.

@@ -106,7 +106,10 @@ var (
 		"Constant 1; maps the replica index to its URL.",
 		[]string{"model", "replica", "url"}, nil)
 	descHealthy = prometheus.NewDesc("lmwarden_replica_healthy",
-		"1 when the replica takes new placements, 0 after unhealthy_after failed polls.",
+		"1 while the poller finds the replica up, 0 after unhealthy_after failed polls (a draining replica stays 1).",
+		[]string{"model", "replica"}, nil)
+	descDraining = prometheus.NewDesc("lmwarden_replica_draining",
+		"1 while the replica drains (admin API, lmwarden drain): no new conversations, live ones move at their next turn.",
 		[]string{"model", "replica"}, nil)
 	descPollFailures = prometheus.NewDesc("lmwarden_replica_poll_failures_total",
 		"Failed polls of the replica's /health or /metrics.",
@@ -145,7 +148,7 @@ var allDescs = []*prometheus.Desc{
 	descSessionsPinned, descSessionsEvicted, descUntrustedPins, descReplicaSessions, descReplicaActive, descSessionsExpired, descInvalidPins,
 	descUnaffined, descConvRequests, descConversations, descStayed, descStickyRatio, descAffinity, descSpillThreshold,
 	descPlacementErrors, descAdmissionParked, descAdmissionEvents,
-	descAdmissionEngaged, descAdmissionLoad, descAdmissionOldest, descReplicaLive, descReplicaBudget, descRetries, descReplicaInfo, descHealthy, descPollFailures,
+	descAdmissionEngaged, descAdmissionLoad, descAdmissionOldest, descReplicaLive, descReplicaBudget, descRetries, descReplicaInfo, descHealthy, descDraining, descPollFailures,
 	descRunning, descWaiting, descKVUsage, descHitRate, descLoad,
 	descFirstByte, descDuration, descAdmissionWait, descResponses,
 }
@@ -245,6 +248,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRetries, float64(r.RetriedAway), mn, ri)
 			gauge(descReplicaInfo, 1, mn, ri, r.URL)
 			gauge(descHealthy, b2f(r.Healthy), mn, ri)
+			gauge(descDraining, b2f(r.Draining), mn, ri)
 			counter(descPollFailures, float64(r.PollFailures), mn, ri)
 			gauge(descRunning, r.Running, mn, ri)
 			gauge(descWaiting, r.Waiting, mn, ri)

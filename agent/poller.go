@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -36,6 +37,7 @@ type poller struct {
 
 	failures int
 	down     bool
+	warned   bool // said that /metrics has no vLLM series (once until a good poll)
 	buf      []placement.ReplicaMetrics
 }
 
@@ -84,6 +86,9 @@ func (p *poller) pollOnce(parent context.Context) {
 	if err == nil {
 		var fams map[string]*dto.MetricFamily
 		if fams, err = scrapeMetrics(ctx, p.client, p.base); err == nil {
+			err = checkVLLMSeries(fams)
+		}
+		if err == nil {
 			now := time.Now()
 			replicaMetricsFrom(fams, p.perEngine, p.buf)
 			for k, i := range p.replicas {
@@ -95,7 +100,7 @@ func (p *poller) pollOnce(parent context.Context) {
 			if p.down {
 				p.log.Info("replica healthy again", "model", p.model.Name(), "url", p.base)
 			}
-			p.failures, p.down = 0, false
+			p.failures, p.down, p.warned = 0, false, false
 			return
 		}
 	}
@@ -103,8 +108,15 @@ func (p *poller) pollOnce(parent context.Context) {
 		return // shutting down, not a failure
 	}
 	p.failures++
+	reason := pollReason(err)
 	for _, i := range p.replicas {
-		p.model.PollFailed(i)
+		p.model.PollFailed(i, reason)
+	}
+	if errors.Is(err, ErrNoVLLMSeries) && !p.warned {
+		// Said at once, not after unhealthy_after polls: it is a
+		// misconfiguration (a URL that is not vLLM's), not a blip.
+		p.warned = true
+		p.log.Warn("replica is not a vLLM server: its /metrics has no vllm: series; it stays out of placement until it has", "model", p.model.Name(), "url", p.base)
 	}
 	if p.failures >= p.unhealthyAfter && !p.down {
 		p.down = true

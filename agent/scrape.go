@@ -44,12 +44,12 @@ func scrapeHealth(ctx context.Context, c *http.Client, base string) error {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrScrape, err)
+		return fmt.Errorf("%w: GET /health: %w", ErrScrape, transportErr(err))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%w: %s/health: %s", ErrScrape, base, resp.Status)
+		return fmt.Errorf("%w: GET /health: HTTP %s", ErrScrape, resp.Status)
 	}
 	return nil
 }
@@ -64,11 +64,11 @@ func scrapeMetrics(ctx context.Context, c *http.Client, base string) (map[string
 	req.Header.Set("Accept", scrapeAccept)
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrScrape, err)
+		return nil, fmt.Errorf("%w: GET /metrics: %w", ErrScrape, transportErr(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: %s/metrics: %s", ErrScrape, base, resp.Status)
+		return nil, fmt.Errorf("%w: GET /metrics: HTTP %s", ErrScrape, resp.Status)
 	}
 	return ParseMetrics(io.LimitReader(resp.Body, maxScrapeBytes), resp.Header)
 }

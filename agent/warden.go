@@ -114,7 +114,7 @@ func NewWithOptions(cfg *config.Config, opts Options) (*Warden, error) {
 	}
 	// The warden's own families, then the standard go_* and process_*
 	// ones (memory, GC, goroutines, CPU seconds, open file descriptors).
-	w.registry.MustRegister(NewCollector(w.models, opts.Build),
+	w.registry.MustRegister(NewCollector(w.models, opts.Build), w.readyGauge(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w.client = &http.Client{
 		Transport: &http.Transport{

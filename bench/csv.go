@@ -75,13 +75,13 @@ func csvNum(n Num) string {
 // taskCSVHead names TaskStats' columns, in csvRow's order.
 var taskCSVHead = []string{"task_p50_s", "task_p95_s", "tasks_unfinished", "task_p50_with_unfinished_s",
 	"task_p95_with_unfinished_s", "ttft_first_p50_s", "ttft_first_p95_s", "ttft_later_p50_s", "ttft_later_p95_s",
-	"compactions", "parked", "parked_at_close", "parked_p50_s", "parked_p95_s", "parked_max_s",
+	"subagent_later_cached", "compactions", "parked", "parked_at_close", "parked_p50_s", "parked_p95_s", "parked_max_s",
 	"live_context_tokens", "live_context_x"}
 
 func (t TaskStats) csvRow() []string {
 	return []string{csvNum(t.TaskP50), csvNum(t.TaskP95), strconv.Itoa(t.TasksUnfinished), csvNum(t.TaskP50Open),
 		csvNum(t.TaskP95Open), csvNum(t.TTFTFirstP50), csvNum(t.TTFTFirstP95), csvNum(t.TTFTLaterP50),
-		csvNum(t.TTFTLaterP95), strconv.Itoa(t.Compactions), strconv.Itoa(t.Parked), strconv.Itoa(t.ParkedAtClose), csvNum(t.ParkedP50),
+		csvNum(t.TTFTLaterP95), csvNum(t.SubagentCached), strconv.Itoa(t.Compactions), strconv.Itoa(t.Parked), strconv.Itoa(t.ParkedAtClose), csvNum(t.ParkedP50),
 		csvNum(t.ParkedP95), csvNum(t.ParkedMax), csvNum(t.LiveContext), csvNum(t.LiveContextX)}
 }
 

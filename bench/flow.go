@@ -37,7 +37,10 @@ type flowSend struct {
 	// (the workload's ideal hit rate), when the flow knows.
 	Reused     int
 	Compaction bool
-	Turn       int // its conversation's turn, for the trace
+	// SubagentLater: a subagent's request after its first that continues
+	// its history (how much of these the cache serves is a goal of its own).
+	SubagentLater bool
+	Turn          int // its conversation's turn, for the trace
 	// Bytes is the request body's size the placement is told (the shim
 	// knows it from Content-Length); 0: estimated from the messages.
 	Bytes int64

@@ -178,6 +178,9 @@ func (fr *flowRunner) send(f flow, s *flowSend) flowAnswer {
 		rec.failed(failureKind(err, res), false, err)
 	default:
 		rec.answered(s.Conv, s.First, ans.TTFT, res.promptTokens, res.cachedTokens, res.outputTokens, s.Reused)
+		if s.SubagentLater {
+			rec.tasks.subagentLater(res.promptTokens, res.cachedTokens)
+		}
 		ws.live.set(s.Conv, res.promptTokens+res.outputTokens)
 		if s.Compaction {
 			rec.compactions++

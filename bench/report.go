@@ -157,6 +157,9 @@ type TaskStats struct {
 	TTFTFirstP95 Num `json:"ttft_first_p95_s"`
 	TTFTLaterP50 Num `json:"ttft_later_p50_s"`
 	TTFTLaterP95 Num `json:"ttft_later_p95_s"`
+	// SubagentCached is the cached share of the prompt tokens of
+	// subagents' later requests (NaN: none; workload claude-code).
+	SubagentCached Num `json:"subagent_later_cached"`
 	// Compactions counts the compaction requests answered (workload long).
 	Compactions int `json:"compactions"`
 

@@ -21,6 +21,7 @@ var taskColumns = []column{
 	{"first TTFT p95", func(r Result) string { return fmtSec(r.TTFTFirstP95) }},
 	{"later TTFT p50", func(r Result) string { return fmtSec(r.TTFTLaterP50) }},
 	{"later TTFT p95", func(r Result) string { return fmtSec(r.TTFTLaterP95) }},
+	{"subagents' later cached", func(r Result) string { return fmtPct(r.SubagentCached) }},
 	{"live ctx", func(r Result) string { return fmtTimes(r.LiveContextX) }},
 }
 

@@ -20,6 +20,11 @@ type taskView struct {
 
 	first, later []float64 // TTFT of first turns, of every later request
 
+	// prompt and cached tokens of subagents' later requests (workload
+	// claude-code): each continues a subagent's own history, which its
+	// replica holds unless the placement moved it or LRU evicted it.
+	subPrompt, subCached int
+
 	parked     []float64 // waits at the warden of the requests that left the queue
 	parkedOpen []float64 // waits so far of the requests still parked at the close
 
@@ -80,6 +85,13 @@ func (t *taskView) turn(first bool, ttftSec float64) {
 	}
 }
 
+// subagentLater records a subagent's later request's prompt and the part
+// of it served from cache.
+func (t *taskView) subagentLater(prompt, cached int) {
+	t.subPrompt += prompt
+	t.subCached += cached
+}
+
 // parkedFor records a request that waited sec at the warden; stillParked:
 // it was still waiting when the window closed (sec is a lower bound).
 func (t *taskView) parkedFor(sec float64, stillParked bool) {
@@ -126,6 +138,10 @@ func (t *taskView) fill(res *Result, seconds float64) {
 	res.TTFTFirstP95 = Num(Percentile(t.first, 95))
 	res.TTFTLaterP50 = Num(Percentile(t.later, 50))
 	res.TTFTLaterP95 = Num(Percentile(t.later, 95))
+	res.SubagentCached = Num(math.NaN())
+	if t.subPrompt > 0 {
+		res.SubagentCached = Num(float64(t.subCached) / float64(t.subPrompt))
+	}
 
 	all := append(append([]float64(nil), t.parked...), t.parkedOpen...)
 	res.Parked, res.ParkedAtClose = len(all), len(t.parkedOpen)

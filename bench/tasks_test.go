@@ -57,6 +57,19 @@ func TestFirstAndLaterTurnsArePercentiledApart(t *testing.T) {
 	}
 }
 
+func TestSubagentsLaterTurnsCachedShareIsOverTheirPromptTokens(t *testing.T) {
+	r := newRecorder(1)
+	if res := r.result(Step{Sessions: 1}, "x", 60, 0); !math.IsNaN(float64(res.SubagentCached)) {
+		t.Fatalf("no subagent turn: %v, want NaN", res.SubagentCached)
+	}
+	r.tasks.subagentLater(1000, 900)
+	r.tasks.subagentLater(3000, 2700)
+	r.tasks.subagentLater(1000, 0) // moved or evicted: weighs by its tokens
+	if got := r.result(Step{Sessions: 1}, "x", 60, 0).SubagentCached; got != 0.72 {
+		t.Fatalf("cached share %v, want 3600/5000 = 0.72", got)
+	}
+}
+
 func TestParkedWaitsIncludeTheStillParkedAtTheirWaitSoFar(t *testing.T) {
 	r := newRecorder(1)
 	r.tasks.parkedFor(6, false)

@@ -180,6 +180,9 @@ func (l *flowLoop) answered(f flow, s *flowSend, promptLen int, p placement.Plac
 	} else {
 		w.live.set(s.Conv, promptLen+r.OutputTokens)
 		rec.answered(s.Conv, s.First, ttft, r.PromptTokens, r.CachedTokens, r.OutputTokens, s.Reused)
+		if s.SubagentLater {
+			rec.tasks.subagentLater(r.PromptTokens, r.CachedTokens)
+		}
 		if w.cfg.Trace != nil && rec == a.window {
 			w.cfg.Trace.Request(TraceRequest{Session: s.Conv, Turn: s.Turn, Replica: p.Replica,
 				Kind: p.Kind.String(), Sent: sent, TTFT: ttft, Done: at,

@@ -95,7 +95,8 @@ func (s *ccSession) next(cv *ccConv, at time.Duration) flowSend {
 	}
 	f := flowSend{At: at, Conv: cv.key, Session: s.header, System: cv.system, Messages: req.Messages,
 		MaxTokens: req.MaxTokens, First: req.First && cv.agent == "" && s.seg == 0, Fresh: req.Fresh,
-		Reused: cv.reused, Compaction: req.Compaction, Turn: cv.c.Turn}
+		Reused: cv.reused, Compaction: req.Compaction, Turn: cv.c.Turn,
+		SubagentLater: cv.agent != "" && !req.First && !req.Fresh}
 	if s.header != "" {
 		f.Agent = cv.agent
 	}

@@ -19,6 +19,10 @@ type exchange struct {
 	// headAt: when the response head was read (time to first byte, when
 	// no body byte is seen later).
 	headAt time.Time
+	// firstAt: the response's first byte as the time-to-first-byte
+	// histogram counts it (the first body byte read after the head, else
+	// the head); set when the exchange ends (observe).
+	firstAt time.Time
 
 	// sessionHash: the placement's session (0: none), whose weight in
 	// the session table the response's end sets.

@@ -29,6 +29,8 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	client.Peeked = nil
 	s.countKey(key)
 	start := time.Now()
+	acc := s.beginAccess(client, h, key, start)
+	defer s.endAccess(client, acc)
 	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
 	if !ok {
 		return false
@@ -59,16 +61,11 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		parked = time.Since(start)
 	}
 	if err != nil {
-		var full *placement.AdmissionFullError
-		if errors.As(err, &full) {
-			s.rejectRetry(client, h, full.RetryAfter)
-		} else if errors.Is(err, placement.ErrNoHealthyReplica) || errors.Is(err, placement.ErrAdmissionFull) {
-			s.reject(client, 503, h)
-		} else {
-			s.log.Warn("placement failed", "err", err)
-			s.reject(client, 502, h)
-		}
+		s.placementFailed(client, h, err)
 		return false
+	}
+	if acc != nil {
+		acc.p = &p // through the pointer: a retry that moves p is seen
 	}
 	// From here on the request is in flight: Done exactly once, whatever
 	// path this function leaves by (p changes if Retry moves it; a failed
@@ -92,6 +89,9 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 		parked:   parked, began: start, sessionHash: p.SessionHash,
 	}
 	x.setUpstream(up)
+	if acc != nil {
+		acc.x = x
+	}
 	s.trackExchange(x, true)
 	status, err := s.relay(x, &p, reused)
 	s.trackExchange(x, false)
@@ -146,6 +146,22 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	// connection whose client was told it stays open races its next
 	// request (a close before an answer).
 	return x.keepAliveSent
+}
+
+// placementFailed answers a request placement refused: 503 when no
+// replica is healthy or admission's queue is full (with the Retry-After
+// admission suggests), else 502.
+func (s *Shim) placementFailed(client *datapath.Conn, h *http1.Head, err error) {
+	var full *placement.AdmissionFullError
+	switch {
+	case errors.As(err, &full):
+		s.rejectRetry(client, h, full.RetryAfter)
+	case errors.Is(err, placement.ErrNoHealthyReplica) || errors.Is(err, placement.ErrAdmissionFull):
+		s.reject(client, 503, h)
+	default:
+		s.log.Warn("placement failed", "err", err)
+		s.reject(client, 502, h)
+	}
 }
 
 // failed ends an exchange that failed: the shim's own answer (status), or
@@ -580,6 +596,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 	} else if !at.IsZero() {
 		first = at
 	}
+	x.firstAt = first
 	o.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
@@ -701,6 +718,7 @@ func (s *Shim) rejectRetry(c *datapath.Conn, h *http1.Head, after time.Duration)
 // rejectAnswer is reject with a reason and the Retry-After of a 503.
 func (s *Shim) rejectAnswer(c *datapath.Conn, status int, h *http1.Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
+	c.Answered, c.AnsweredAt = status, time.Now()
 	if o, ok := s.placer.(answeredObserver); ok {
 		o.ObserveAnswered(status, time.Now())
 	}

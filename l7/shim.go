@@ -64,6 +64,9 @@ type Options struct {
 	// daemon); nil: no bound.
 	Limits *ConnLimits
 	Logger *slog.Logger // nil: slog.Default()
+	// AccessLog, if set, gets one info line a request (accesslog.go);
+	// nil: no access log.
+	AccessLog *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -290,6 +293,7 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 			if status := http1.HeadErrorStatus(err); status != 0 && !(status == 408 && s.closing.Load() && len(c.Pending) == 0) {
 				s.log.Debug("bad request head", "status", status, "err", err)
 				s.reject(c, status, nil)
+				s.accessBadHead(c, status, headDeadline.Add(-s.opts.HeadTimeout))
 			} else if status == 408 {
 				lingerClose(c) // drained before it sent a byte
 			}

@@ -58,3 +58,22 @@ func (s *State) HashKey() ([]byte, error) {
 	}
 	return key, nil
 }
+
+// ReadHashKey reads the session-hash key pinned under dir (DefaultDir
+// when ""), read-only and without creating it: what `lmwarden sessions
+// --id` hashes a raw id with when the warden's config names no key.
+func ReadHashKey(dir string) ([]byte, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinHashKey), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, errors.Join(ErrNotLoaded, err)
+	}
+	defer m.Close()
+	key := make([]byte, HashKeySize)
+	if err := m.Lookup(uint32(0), key); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, pinHashKey), err)
+	}
+	return key, nil
+}

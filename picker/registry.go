@@ -394,7 +394,7 @@ func (r *Registry) pollOnce(ctx context.Context, hs *hostState) {
 		hs.failed++
 		hs.failures++
 		hs.lastErr = err.Error()
-		m.PollFailed(i)
+		m.PollFailed(i, hs.lastErr)
 		if hs.failures >= r.cfg.UnhealthyAfter && !hs.down {
 			hs.down, hs.healthy, hs.downAt = true, false, now
 			m.SetHealthy(i, false)

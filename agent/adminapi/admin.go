@@ -30,6 +30,12 @@ type PolicyRequest struct {
 	Policy string `json:"policy"`
 }
 
+// DrainRequest is the body of PUT
+// /api/v1/models/{name}/replicas/{index}/drain.
+type DrainRequest struct {
+	Drain *bool `json:"drain"`
+}
+
 // SessionInfo is one live session as the admin API shows it: the keyed hash
 // only, never the raw id.
 type SessionInfo struct {

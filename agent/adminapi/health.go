@@ -44,4 +44,8 @@ type ModelReadiness struct {
 	Name     string `json:"name"`
 	Ready    int    `json:"ready_replicas"` // healthy and polled at least once
 	Replicas int    `json:"replicas"`
+	// Unready says, one line a replica, why each of the others takes no
+	// placements: `replica 1 (URL): GET /health: HTTP 503 Service
+	// Unavailable`, a drain, or not polled yet.
+	Unready []string `json:"unready,omitempty"`
 }

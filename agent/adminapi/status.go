@@ -48,9 +48,14 @@ type ModelStatus struct {
 
 // ReplicaStatus is one replica (or rank) of a model.
 type ReplicaStatus struct {
-	Index          int               `json:"index"`
-	URL            string            `json:"url"`
-	Healthy        bool              `json:"healthy"`
+	Index    int    `json:"index"`
+	URL      string `json:"url"`
+	Healthy  bool   `json:"healthy"`  // the poller's verdict (unhealthy_after failed polls make it false)
+	Draining bool   `json:"draining"` // the operator's: no new conversations (PUT .../drain)
+	// Reason says why the replica takes no new placements: the drain, or
+	// the last failed poll (GET /health refused or its HTTP status, a
+	// /metrics without vLLM's series); empty when it takes them.
+	Reason         string            `json:"reason,omitempty"`
 	InFlight       int               `json:"in_flight"`
 	AwaitingBody   int               `json:"awaiting_body"`   // of those, whose body has not arrived (not in load)
 	Sessions       int               `json:"sessions"`        // live sessions pinned here

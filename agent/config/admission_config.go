@@ -40,7 +40,7 @@ type AdmissionConfig struct {
 }
 
 // DefaultAdmission is what the cost-model policies run with unless told
-// otherwise. The quantum is measured (docs/placement.md, "Choosing the
+// otherwise. The quantum is measured (docs/notes/2026-12-06-placement-history.md, "Choosing the
 // quantum").
 var DefaultAdmission = AdmissionConfig{Mode: AdmissionAuto, QueueMax: 256, Timeout: 60 * time.Second, Fill: 1, Quantum: 20}
 

@@ -19,7 +19,9 @@ import (
 
 // Defaults of the configuration (docs/config.md lists them for users).
 const (
-	DefaultAdmin           = "127.0.0.1:9100"
+	DefaultAdmin = "127.0.0.1:9100"
+	// DefaultSpillThreshold is the floor of spill_threshold auto (the
+	// default) and its value while a replica's batch is not yet known.
 	DefaultSpillThreshold  = 8
 	DefaultSessionTTL      = 30 * time.Minute
 	DefaultPolicy          = PolicySticky
@@ -74,6 +76,9 @@ type Config struct {
 	// surrounding space allowed): a mounted secret, shared with other
 	// wardens and the endpoint picker (docs/multihost.md).
 	HashKeyFile string `yaml:"hash_key_file"`
+	// AccessLog: one info line a request (l7/accesslog.go, docs/serve.md,
+	// "Access log"); nil means on. serve --access-log overrides it.
+	AccessLog *bool `yaml:"access_log"`
 	// BodyTimeout bounds the whole request body: it must have arrived this
 	// long after its head, or the client gets 408 and the replica's
 	// request is aborted.
@@ -223,7 +228,7 @@ func DefaultModel(name string) ModelConfig {
 func (mc *ModelConfig) setDefaults() {
 	*mc = ModelConfig{
 		Affinity:       true,
-		SpillThreshold: SpillThreshold{N: DefaultSpillThreshold},
+		SpillThreshold: SpillThreshold{Auto: true},
 		SessionHeaders: append([]string(nil), DefaultSessionHeaders...),
 		AgentHeaders:   append([]string(nil), DefaultAgentHeaders...),
 		BodyKey:        true,
@@ -309,6 +314,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	return c, nil
 }
+
+// AccessLogOn reports whether the access log is on (the default).
+func (c *Config) AccessLogOn() bool { return c.AccessLog == nil || *c.AccessLog }
 
 // ApplyFlags lets command-line flags override the file: listen and replicas
 // apply to the only model (an error when there are several), admin and
@@ -470,11 +478,12 @@ func (mc *ModelConfig) check(at string, p *problems) {
 		for j, u := range mc.Replicas {
 			if err := checkReplicaURL(u); err != nil {
 				bad(fmt.Sprintf("replicas[%d]", j), "%v", err)
+				continue
 			}
-			if k, dup := seen[u]; dup {
-				bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d]", u, k)
+			if k, dup := seen[replicaKey(u)]; dup {
+				bad(fmt.Sprintf("replicas[%d]", j), "%q duplicates replicas[%d] (%s): one server counted twice gets twice its share", u, k, mc.Replicas[k])
 			}
-			seen[u] = j
+			seen[replicaKey(u)] = j
 		}
 	}
 	if !mc.SpillThreshold.Auto && mc.SpillThreshold.N < 1 {
@@ -552,13 +561,20 @@ func checkHostPort(s string) error {
 	return nil
 }
 
+// checkReplicaURL accepts http://host:port (a trailing slash allowed)
+// and says plainly what is wrong with anything else: the warden adds the
+// API's own paths (/v1/..., /health, /metrics) to the URL, so a path in
+// it would send every request and poll somewhere else.
 func checkReplicaURL(s string) error {
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("%q has no scheme: write http://%s", s, strings.TrimLeft(s, "/"))
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("%q: %v", s, err)
 	}
 	if u.Scheme != "http" {
-		return fmt.Errorf("%q: want an http:// URL", s)
+		return fmt.Errorf("%q: want an http:// URL (the warden speaks plain HTTP to its replicas), got %s://", s, u.Scheme)
 	}
 	if u.Port() == "" || u.Hostname() == "" {
 		return fmt.Errorf("%q: want http://host:port", s)
@@ -566,7 +582,23 @@ func checkReplicaURL(s string) error {
 	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("%q: bad port", s)
 	}
+	if u.Path != "" && u.Path != "/" {
+		return fmt.Errorf("%q: a path (%s) is not allowed: write http://%s, the warden adds /v1/..., /health and /metrics itself", s, u.Path, u.Host)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: want http://host:port, without user, query or fragment", s)
+	}
 	return nil
+}
+
+// replicaKey is what makes two replica URLs the same server: host
+// (lowercased) and port, whatever else differs (a trailing slash).
+func replicaKey(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return strings.ToLower(u.Host)
 }
 
 func validHeaderName(h string) bool {

@@ -74,6 +74,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		d.mapping(n, v, path)
 	case v.Kind() == reflect.Slice:
 		d.sequence(n, v, path)
+	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Bool:
+		// an optional switch whose default is on (nil: not in the file)
+		b := reflect.New(v.Type().Elem())
+		if d.scalar(n, b.Elem(), path) {
+			v.Set(b)
+		}
 	default:
 		d.scalar(n, v, path)
 	}
@@ -131,22 +137,25 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 	v.SetInt(int64(t))
 }
 
-func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
+// scalar decodes n into v and reports whether it could.
+func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 	want := map[reflect.Kind]string{
 		reflect.String: "a string", reflect.Bool: "true or false",
 		reflect.Int: "a whole number", reflect.Float64: "a number",
 	}[v.Kind()]
 	if want == "" {
 		d.fail(n, path, "cannot be set from a file") // a field type this decoder does not know
-		return
+		return false
 	}
 	if n.Kind != yaml.ScalarNode || (v.Kind() != reflect.String && n.Tag == "!!str") {
 		d.fail(n, path, "want %s, got %s", want, describe(n))
-		return
+		return false
 	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		d.fail(n, path, "want %s, got %s", want, describe(n))
+		return false
 	}
+	return true
 }
 
 // describe names what the file has at n, for "want X, got Y".

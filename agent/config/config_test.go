@@ -43,7 +43,7 @@ func TestConfigDefaultsApply(t *testing.T) {
 		t.Errorf("unhealthy_after %d", c.UnhealthyAfter)
 	case !mc.Affinity:
 		t.Errorf("affinity off by default")
-	case mc.SpillThreshold.Auto || mc.SpillThreshold.N != 8:
+	case !mc.SpillThreshold.Auto:
 		t.Errorf("spill_threshold %v", mc.SpillThreshold)
 	case mc.Policy != PolicySticky:
 		t.Errorf("policy %q", mc.Policy)
@@ -306,5 +306,23 @@ func TestHashKeyFile(t *testing.T) {
 		if _, err := ParseConfig([]byte(cfg + model)); err == nil || !strings.Contains(err.Error(), "hash_key_file") {
 			t.Errorf("%q: %v, want a hash_key_file problem", cfg, err)
 		}
+	}
+}
+
+// access_log is on unless the file says false; anything but a boolean is
+// refused with its line.
+func TestAccessLogDefaultsOn(t *testing.T) {
+	base := "models:\n  - name: m\n    frontend: 127.0.0.1:8000\n    replicas: [http://127.0.0.1:8100]\n"
+	for _, c := range []struct {
+		yaml string
+		on   bool
+	}{{base, true}, {"access_log: true\n" + base, true}, {"access_log: false\n" + base, false}} {
+		cfg, err := ParseConfig([]byte(c.yaml))
+		if err != nil || cfg.AccessLogOn() != c.on {
+			t.Errorf("%q: on=%v (%v), want %v", c.yaml, cfg != nil && cfg.AccessLogOn(), err, c.on)
+		}
+	}
+	if _, err := ParseConfig([]byte("access_log: sometimes\n" + base)); err == nil || !strings.Contains(err.Error(), "line 1: access_log: want true or false") {
+		t.Errorf("access_log: sometimes: %v", err)
 	}
 }

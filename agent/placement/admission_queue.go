@@ -165,7 +165,7 @@ var growthSlack = 0.2
 // A request at its timeout takes nobody's room (Claim): a live session
 // whose room went to it would come back, wait out a timeout of its own
 // and take another's, so that one eviction starts a chain of them
-// (measured, docs/placement.md, "At the timeout").
+// (measured, docs/notes/2026-12-06-placement-history.md, "At the timeout").
 func (m *Model) makeRoom(w *Wait, now int64) int {
 	a := &m.peer.admission
 	if _, known := m.peer.gaps.likelyEnded(likelyEndedShare); !known {

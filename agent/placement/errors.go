@@ -11,6 +11,8 @@ var (
 	ErrRetryExhausted = errors.New("retry already used")
 	// ErrAdmissionFull: admission's queue at the warden is full (503).
 	ErrAdmissionFull = errors.New("admission queue full")
+	// ErrNoReplica: an index the model has no replica (or rank) at.
+	ErrNoReplica = errors.New("no such replica")
 	// ErrWaitClaimed: Claim was already called for this Wait.
 	ErrWaitClaimed = errors.New("wait already claimed")
 )

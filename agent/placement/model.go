@@ -154,9 +154,15 @@ type ModelOptions struct {
 
 // replica is the model's view of one replica (or rank).
 type replica struct {
-	url     string
-	addr    string
-	healthy bool
+	url  string
+	addr string
+	// healthy: takes new placements (up and not draining); what every
+	// policy reads. up is the poller's verdict, reason why it is not (or
+	// why its last poll failed), draining the operator's (health.go).
+	healthy  bool
+	up       bool
+	draining bool
+	reason   string
 
 	inFlight     int // requests whose body has arrived: what steers placement
 	awaitingBody int // requests placed here whose body has not arrived yet
@@ -277,7 +283,7 @@ func NewModel(mc config.ModelConfig, opts ModelOptions) (*Model, error) {
 		}
 	}
 	for i := range m.reps {
-		m.reps[i].healthy = true // until the poller says otherwise
+		m.reps[i].healthy, m.reps[i].up = true, true // until the poller says otherwise
 		m.reps[i].hitRate.window = window
 	}
 	m.sessions = newSessionTable(n, mc.SessionTTL, opts.Sink)
@@ -421,33 +427,6 @@ func (m *Model) BodyArrived(p *Placement) {
 	}
 }
 
-// Healthy reports whether replica i takes placements (the poller's verdict).
-func (m *Model) Healthy(i int) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return i >= 0 && i < len(m.reps) && m.reps[i].healthy
-}
-
-// SetHealthy marks a replica healthy or not (the poller's verdict). An
-// unhealthy replica gets no new placements; its sessions are placed again
-// on their next request.
-func (m *Model) SetHealthy(i int, ok bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if i >= 0 && i < len(m.reps) {
-		m.reps[i].healthy = ok
-	}
-}
-
-// PollFailed counts a failed scrape of replica i (for metrics).
-func (m *Model) PollFailed(i int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if i >= 0 && i < len(m.reps) {
-		m.reps[i].pollFailures++
-	}
-}
-
 // ObserveReplica feeds replica i's metrics. s.Healthy false marks it
 // unhealthy and keeps the previous numbers.
 func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
@@ -457,10 +436,12 @@ func (m *Model) ObserveReplica(i int, s ReplicaMetrics, now time.Time) {
 		return
 	}
 	r := &m.reps[i]
-	r.healthy = s.Healthy
+	r.up = s.Healthy
+	r.healthy = r.up && !r.draining
 	if !s.Healthy {
 		return
 	}
+	r.reason = ""
 	r.metrics = s
 	r.observed = true
 	r.observedAt = now

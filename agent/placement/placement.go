@@ -82,8 +82,14 @@ func (m *Model) spillThreshold(i int) int {
 	return max(minAutoSpill, min(maxAutoSpill, n))
 }
 
-// minAutoSpill is the floor of the auto threshold.
-const minAutoSpill = 2
+// minAutoSpill is the floor of the auto threshold: the fixed threshold
+// that was the default before auto. Under it, a replica that batches few
+// long prompts (four A4000s, 47K tokens of cache each, sessions of
+// 12-15K) spilled sessions whose cache it still held: at 16 sessions
+// sticky's hit rate fell from 87% to 40% and its throughput by 15% (seed
+// 2); with the floor the A4000 tables are those of the fixed 8, and an
+// H200 that batches 40 conversations keeps them (docs/placement.md).
+const minAutoSpill = config.DefaultSpillThreshold
 
 // maxAutoSpill caps the auto threshold at vLLM's default max_num_seqs.
 const maxAutoSpill = 256

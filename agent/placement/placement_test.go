@@ -328,36 +328,38 @@ func TestAutoSpillThresholdFollowsWhatTheReplicaCanBatch(t *testing.T) {
 	if st := m.Status(); st.Spill != config.DefaultSpillThreshold || !st.SpillAuto {
 		t.Fatalf("before any signal: %d", st.Spill)
 	}
-	// KV capacity over mean prompt size: 40,000 tokens / 10,000 tokens.
+	// KV capacity over mean prompt size: 120,000 tokens / 10,000 tokens.
 	for i := range 4 {
-		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 40_000}, epoch)
+		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 120_000}, epoch)
 	}
 	p := mustPlace(t, m, Request{SessionID: "s", PromptBytes: 40_000, Now: epoch})
-	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 4 {
-		t.Fatalf("from KV capacity: %d, want 4", got)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 12 {
+		t.Fatalf("from KV capacity: %d, want 12", got)
 	}
-	// Saturation seen: 5 running while others wait; the larger estimate wins.
-	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 5, Waiting: 2, KVCapacityTokens: 40_000}, epoch)
-	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 5 {
-		t.Fatalf("from saturation: %d, want 5", got)
+	// Saturation seen: 14 running while others wait; the larger estimate wins.
+	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 14, Waiting: 2, KVCapacityTokens: 120_000}, epoch)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 14 {
+		t.Fatalf("from saturation: %d, want 14", got)
 	}
 	// One snapshot of a single long prefill with another request waiting
 	// must not drop the threshold to 1 (that spilled every turn).
-	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 1, Waiting: 1, KVCapacityTokens: 40_000}, epoch)
-	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 5 {
-		t.Fatalf("after a one-prefill snapshot: %d, want 5", got)
+	m.ObserveReplica(p.Replica, ReplicaMetrics{Healthy: true, Running: 1, Waiting: 1, KVCapacityTokens: 120_000}, epoch)
+	if got := m.Status().Replicas[p.Replica].SpillThreshold; got != 14 {
+		t.Fatalf("after a one-prefill snapshot: %d, want 14", got)
 	}
-	for range 4 {
+	for range 13 {
 		mustPlace(t, m, Request{SessionID: "s", Now: epoch})
 	}
 	if q := mustPlace(t, m, Request{SessionID: "s", Now: epoch}); q.Kind != KindSpilled {
-		t.Fatalf("sixth request with 5 in flight: %v, want spilled", q.Kind)
+		t.Fatalf("fifteenth request with 14 in flight: %v, want spilled", q.Kind)
 	}
 }
 
 func TestAutoSpillThresholdHasAFloor(t *testing.T) {
 	m := mustModel(t, func(mc *config.ModelConfig) { mc.SpillThreshold = config.SpillThreshold{Auto: true} })
-	// A cache that holds less than one usual prompt.
+	// A cache that holds less than one usual prompt: the floor, the
+	// fixed threshold of before (a smaller one spilled sessions whose
+	// cache the replica still held).
 	for i := range 4 {
 		m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: 8_000}, epoch)
 	}

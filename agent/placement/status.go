@@ -61,7 +61,9 @@ func (m *Model) Status() adminapi.ModelStatus {
 		rs := adminapi.ReplicaStatus{
 			Index:          i,
 			URL:            r.url,
-			Healthy:        r.healthy,
+			Healthy:        r.up,
+			Draining:       r.draining,
+			Reason:         m.unhealthyReason(i),
 			InFlight:       r.inFlight + r.awaitingBody,
 			AwaitingBody:   r.awaitingBody,
 			Sessions:       m.sessions.pinned[i],

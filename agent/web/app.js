@@ -107,6 +107,9 @@
             kvUsed: observed(r) ? num(r.kv_used) : null,
             hitRate: observed(r) && r.prefix_hit_rate_known !== false ? num(r.prefix_hit_rate) : null,
             healthy: r.healthy === true,
+            // the operator's drain, and why the replica takes no placements
+            draining: r.draining === true,
+            reason: r.reason || '',
             responses: r.responses || {},
             // policy cost: the live sessions' context against what they may hold
             live: r.cost ? num(r.cost.live_tokens) : null,
@@ -244,7 +247,7 @@
     ['kv_used', 'KV used', 'vLLM: vllm:kv_cache_usage_perc', 'pct'],
     ['prefix_hit_rate', 'Prefix hit rate', 'vLLM: delta of prefix-cache hits over delta of queries, recent window', 'pct'],
     ['live_context', 'Live context', 'Policy cost: context of the sessions live here (shared prefix once) / what admission lets them hold (fill × KV capacity), tokens', 'live'],
-    ['healthy', 'Healthy', 'Answering /health and /metrics'],
+    ['healthy', 'Healthy', 'Answering /health and /metrics with vLLM\'s series; else why not (the last failed poll), or draining'],
   ];
   const FIELD_VALUE = {
     in_flight: (r) => r.inFlight, requests: (r) => r.requests, sessions: (r) => r.sessions, sticky: (r) => r.sticky, spilled_in: (r) => r.spilledIn,
@@ -287,6 +290,21 @@
       tr.append(cells[field]);
     }
     return { tr, cells };
+  }
+
+  // renderHealth fills a replica's Healthy cell: the verdict, and beneath
+  // it why the replica takes no placements (the poll that failed, or the
+  // drain), so that an operator reads the cause here, not in the log.
+  function renderHealth(td, r) {
+    const verdict = !r.healthy ? '✗ no' : r.draining ? '‖ draining' : '✓ yes';
+    if (td.dataset.value === String(r.healthy) && td.dataset.reason === r.reason && td.dataset.draining === String(r.draining)) return;
+    td.replaceChildren(el('span', { class: 'verdict', text: verdict }),
+      ...(r.reason ? [el('span', { class: 'reason', 'data-reason': '', text: r.reason })] : []));
+    td.dataset.value = String(r.healthy);
+    td.dataset.reason = r.reason;
+    td.dataset.draining = String(r.draining);
+    td.title = r.reason;
+    td.className = !r.healthy ? 'down' : r.draining ? 'draining' : 'ok';
   }
 
   function renderModelCard(card, m) {
@@ -338,13 +356,18 @@
       const { tr, cells } = card.rows[i];
       tr.dataset.replicaRow = String(r.index);
       tr.classList.toggle('unhealthy', !r.healthy);
-      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr || cells.replica.dataset.healthy !== String(r.healthy)) {
+      tr.classList.toggle('draining', r.draining);
+      if (cells.replica.dataset.value !== String(r.index) || cells.replica.title !== r.addr || cells.replica.dataset.healthy !== String(r.healthy) ||
+        cells.replica.dataset.draining !== String(r.draining)) {
         // The replica column stays in view when the table scrolls: an
-        // unhealthy replica says so there too, not only in the last column.
-        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }),
-          ...(r.healthy ? [] : [el('span', { class: 'down-mark', text: '✗ down' })]));
+        // unhealthy or draining replica says so there too, not only in the
+        // last column (whose reason may be wide).
+        const mark = !r.healthy ? [el('span', { class: 'down-mark', text: '✗ down' })]
+          : r.draining ? [el('span', { class: 'drain-mark', text: '‖ draining' })] : [];
+        cells.replica.replaceChildren(el('span', { class: 'idx', text: String(r.index) }), el('span', { class: 'addr', text: r.addr.replace(/^https?:\/\//, '') }), ...mark);
         cells.replica.dataset.value = String(r.index);
         cells.replica.dataset.healthy = String(r.healthy);
+        cells.replica.dataset.draining = String(r.draining);
         cells.replica.title = r.addr;
       }
       for (const [field, , , kind] of COLUMNS) {
@@ -353,8 +376,7 @@
           continue;
         }
         if (field === 'healthy') {
-          setCell(cells.healthy, r.healthy, r.healthy ? '✓ yes' : '✗ no');
-          cells.healthy.className = r.healthy ? 'ok' : 'down';
+          renderHealth(cells.healthy, r);
           continue;
         }
         const v = FIELD_VALUE[field](r);
@@ -556,9 +578,12 @@
       row.root.classList.toggle('unhealthy', !r.healthy);
       setText(row.name, 'Replica ' + r.index);
       setText(row.addr, r.addr.replace(/^https?:\/\//, ''));
-      setText(row.badge, r.healthy ? '✓ healthy' : '✗ UNHEALTHY');
-      row.badge.className = 'badge ' + (r.healthy ? 'ok' : 'down');
+      setText(row.badge, !r.healthy ? '✗ UNHEALTHY' : r.draining ? '‖ draining' : '✓ healthy');
+      row.badge.className = 'badge ' + (!r.healthy ? 'down' : r.draining ? 'draining' : 'ok');
       row.badge.dataset.value = String(r.healthy);
+      setText(row.reason, r.reason);
+      row.reason.hidden = !r.reason;
+      row.reason.classList.toggle('draining', r.healthy && r.draining);
       const pts = rs ? livePoints(rs.points, resp) : [];
       for (const [key, label, colour, kind, top] of SPARKS) drawSpark(row.sparks[key], pts, key, label, colour, kind, top);
     });
@@ -566,6 +591,7 @@
 
   function buildReplicaHistory() {
     const name = el('strong'), addr = el('span', { class: 'addr' }), badge = el('span', { class: 'badge' });
+    const reason = el('span', { class: 'reason', 'data-reason': '' });
     const grid = el('div', { class: 'sparks' });
     const sparks = {};
     for (const [key, label] of SPARKS) {
@@ -574,8 +600,8 @@
       sparks[key].root.append(el('div', { class: 'spark-head' }, sparks[key].label, sparks[key].value), sparks[key].plot);
       grid.append(sparks[key].root);
     }
-    const root = el('div', { class: 'replica-hist' }, el('div', { class: 'replica-hist-head' }, name, addr, badge), grid);
-    return { root, name, addr, badge, sparks };
+    const root = el('div', { class: 'replica-hist' }, el('div', { class: 'replica-hist-head' }, name, addr, badge, reason), grid);
+    return { root, name, addr, badge, reason, sparks };
   }
 
   // drawSpark draws one metric's hour as a line (gaps where no poll came),

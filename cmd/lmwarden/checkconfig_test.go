@@ -67,3 +67,33 @@ models:
 		t.Errorf("loop with datapath user: %v\n%s", err, out.String())
 	}
 }
+
+// A replica URL is a server, nothing more: a path (the warden adds the
+// API's paths itself), a missing scheme, the same server twice in a model
+// are each refused with what to write instead.
+func TestCheckConfigRefusesReplicaURLsThatAreNotOneServer(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "urls.yaml")
+	os.WriteFile(f, []byte(`models:
+  - name: a
+    frontend: 127.0.0.1:8000
+    replicas:
+      - http://127.0.0.1:8100/v1
+      - 127.0.0.1:8101
+      - http://localhost:8102
+      - http://LOCALHOST:8102/
+`), 0o644)
+	var out strings.Builder
+	if err := runCheckConfig([]string{f}, &out); err != errConfigProblems {
+		t.Fatalf("err %v, want the problems\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		f + `:5: models[0].replicas[0]: "http://127.0.0.1:8100/v1": a path (/v1) is not allowed: write http://127.0.0.1:8100`,
+		f + `:6: models[0].replicas[1]: "127.0.0.1:8101" has no scheme: write http://127.0.0.1:8101`,
+		f + `:8: models[0].replicas[3]: "http://LOCALHOST:8102/" duplicates replicas[2] (http://localhost:8102)`,
+		f + ": 3 problem(s)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

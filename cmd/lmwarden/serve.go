@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,6 +38,7 @@ func runServe(args []string) error {
 	logf.register(fs)
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	responseTimeout := fs.Duration("response-timeout", 300*time.Second, "how long a replica may take to start answering (prefill) or pause a stream")
+	accessLog := fs.String("access-log", "", "on or off: one info line a request, keyed hashes only (default: the config's access_log, else on)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +49,10 @@ func runServe(args []string) error {
 	hup := newReloader(log) // from now on SIGHUP reloads instead of killing (reload.go)
 
 	cfg, err := serveConfig(*configFile, *listen, *admin, *datapath, *policy, replicas)
+	if err != nil {
+		return err
+	}
+	access, err := accessLogger(cfg, *accessLog, log)
 	if err != nil {
 		return err
 	}
@@ -139,7 +145,7 @@ func runServe(args []string) error {
 		s := l7.NewShim(m, l7.Options{
 			Datapath: dp.Datapath, Upstreams: upstreams, Logger: log,
 			ShutdownTimeout: *shutdown, ResponseTimeout: *responseTimeout,
-			BodyDeadline: cfg.BodyTimeout, Limits: limits,
+			BodyDeadline: cfg.BodyTimeout, Limits: limits, AccessLog: access,
 		})
 		shims = append(shims, s)
 		go func() { serveErr <- s.Serve(ln) }()
@@ -215,6 +221,25 @@ func serveConfig(path, listen, admin, datapath, policy string, replicas []string
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// accessLogger is the access log's logger (nil: off): the daemon's own
+// handler, so --log-format applies and --log-level above info silences it.
+func accessLogger(cfg *config.Config, flag string, log *slog.Logger) (*slog.Logger, error) {
+	on := cfg.AccessLogOn()
+	switch flag {
+	case "":
+	case "on":
+		on = true
+	case "off":
+		on = false
+	default:
+		return nil, fmt.Errorf("--access-log %q: want on or off: %w", flag, errUsage)
+	}
+	if !on {
+		return nil, nil
+	}
+	return log, nil
 }
 
 func shapeOf(m *placement.Model) string {

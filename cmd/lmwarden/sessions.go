@@ -14,6 +14,7 @@ import (
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
 	"github.com/lmwarden/lmwarden/agent/config"
+	"github.com/lmwarden/lmwarden/maps"
 )
 
 func init() {
@@ -31,6 +32,10 @@ type sessionsFlags struct {
 	limit    int
 	asJSON   bool
 	fromMaps bool
+	pinDir   string
+	// id, agent: a raw session (and agent) id to look up, hashed here
+	// (sessions_lookup.go) with the key of keyFile or configFile.
+	id, agent, keyFile, configFile string
 }
 
 func runSessions(args []string, out io.Writer) error {
@@ -40,22 +45,44 @@ func runSessions(args []string, out io.Writer) error {
 	fs.StringVar(&f.model, "model", "", "list only this model's sessions")
 	fs.IntVar(&f.limit, "limit", 100, "list at most this many, newest first (0: all)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the admin API's JSON as is")
-	fs.BoolVar(&f.fromMaps, "from-maps", false, "read the pinned BPF map /sys/fs/bpf/lmwarden/sessions directly, without the admin API (no model names)")
+	fs.BoolVar(&f.fromMaps, "from-maps", false, "read the pinned BPF map (lmw_sessions under --pin-dir) directly, without the admin API (no model names)")
+	fs.StringVar(&f.pinDir, "pin-dir", maps.DefaultDir, "the kernel datapath's pinned state, as serve --pin-dir: --from-maps reads its sessions, --id its hash key")
+	fs.StringVar(&f.id, "id", "", "show only the conversation of this raw session id (and its subagents): hashed here with the warden's key, never sent")
+	fs.StringVar(&f.agent, "agent", "", "with --id: the subagent of this raw agent id")
+	fs.StringVar(&f.keyFile, "hash-key-file", "", "with --id: the warden's session-hash key (32 hex digits), as its hash_key_file")
+	fs.StringVar(&f.configFile, "config", "", "with --id: the warden's configuration, for its hash_key or hash_key_file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if f.limit < 0 {
 		return fmt.Errorf("%w: --limit must be >= 0", errUsage)
 	}
+	if f.id == "" && (f.agent != "" || f.keyFile != "" || f.configFile != "") {
+		return fmt.Errorf("%w: --agent, --hash-key-file and --config go with --id", errUsage)
+	}
+	var hash string
+	if f.id != "" {
+		var err error
+		if hash, err = lookupHash(f); err != nil {
+			return err
+		}
+		f.limit = 0 // the conversation may be anywhere in the table
+	}
 	var resp adminapi.SessionsResponse
 	var err error
 	if f.fromMaps {
-		resp, err = sessionsFromMaps("", f.limit)
+		resp, err = sessionsFromMaps(f.pinDir, f.limit)
 	} else {
 		resp, err = sessionsFromAdmin(f)
 	}
 	if err != nil {
 		return err
+	}
+	if hash != "" {
+		resp = onlyConversation(resp, hash)
+		if len(resp.Sessions) == 0 && !f.asJSON {
+			return fmt.Errorf("no live conversation %s (the hash of that id with the warden's key): it ended, expired, or the key is not the warden's", hash)
+		}
 	}
 	if f.asJSON {
 		enc := json.NewEncoder(out)

@@ -117,7 +117,7 @@ func printStatus(out io.Writer, models []adminapi.ModelStatus) {
 			m.Effective, spill, share(m), m.InFlight, m.Sessions, m.Unaffined, m.InvalidPins)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "MODEL\tREPLICA\tURL\tHEALTHY\tIN-FLIGHT\tSESSIONS\tSTICKY\tSPILLED-IN\tCLIENT-PINNED\tRUNNING\tWAITING\tKV-USED\tHIT-RATE\tLIVE/BUDGET")
+	fmt.Fprintln(tw, "MODEL\tREPLICA\tURL\tHEALTHY\tIN-FLIGHT\tSESSIONS\tSTICKY\tSPILLED-IN\tCLIENT-PINNED\tRUNNING\tWAITING\tKV-USED\tHIT-RATE\tLIVE/BUDGET\tREASON")
 	for _, m := range models {
 		for _, r := range m.Replicas {
 			hit := "-"
@@ -128,9 +128,9 @@ func printStatus(out io.Writer, models []adminapi.ModelStatus) {
 			if r.Cost != nil {
 				live = fmt.Sprintf("%s/%s", kTokens(r.Cost.Live), kTokens(r.Cost.Budget))
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%g\t%g\t%.1f%%\t%s\t%s\n", m.Name, r.Index, r.URL,
-				yesNo(r.Healthy), r.InFlight, r.Sessions, r.Sticky, r.SpilledIn, r.ClientPinned,
-				r.Running, r.Waiting, 100*r.KVUsed, hit, live)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%g\t%g\t%.1f%%\t%s\t%s\t%s\n", m.Name, r.Index, r.URL,
+				health(r), r.InFlight, r.Sessions, r.Sticky, r.SpilledIn, r.ClientPinned,
+				r.Running, r.Waiting, 100*r.KVUsed, hit, live, orDash(r.Reason))
 		}
 	}
 	printAdmission(tw, models)
@@ -156,6 +156,14 @@ func printAdmission(tw io.Writer, models []adminapi.ModelStatus) {
 			a.LiveLoad, m.Cost.Parked, a.OldestWait, seconds(a.WaitP50), seconds(a.WaitP95), seconds(a.MaxWait), a.Timeout,
 			a.TimedOut, a.Rejected, a.Yields)
 	}
+}
+
+// health is the HEALTHY column: yes, no (the poller's), or draining.
+func health(r adminapi.ReplicaStatus) string {
+	if r.Draining {
+		return "draining"
+	}
+	return yesNo(r.Healthy)
 }
 
 func kTokens(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }

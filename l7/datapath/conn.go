@@ -35,6 +35,11 @@ type Conn struct {
 	// progress it makes (a request body's deadline).
 	readLimit time.Time
 	marks     []phaseMark // the exchange's steps (phases.go), when profiled
+	// Answered is the status the shim answered the current request with
+	// itself (0: none; the replica's answer, if any, went through): what
+	// the access log writes for a request no replica answered.
+	Answered   int
+	AnsweredAt time.Time
 }
 
 // readBy is the read deadline of a wait of at most idle: now+idle, or the
