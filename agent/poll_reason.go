@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -49,4 +50,19 @@ func pollReason(err error) string {
 		return stage + ": no answer within poll_timeout"
 	}
 	return s
+}
+
+// ProbeReplica polls base once as the poller does (GET /health, GET
+// /metrics, vLLM's series present) and says why that poll would count as
+// failed, "" when it would not: `lmwarden check-config --probe`.
+func ProbeReplica(ctx context.Context, c *http.Client, base string) string {
+	base = strings.TrimRight(base, "/")
+	err := scrapeHealth(ctx, c, base)
+	if err == nil {
+		var fams map[string]*dto.MetricFamily
+		if fams, err = scrapeMetrics(ctx, c, base); err == nil {
+			err = checkVLLMSeries(fams)
+		}
+	}
+	return pollReason(err)
 }

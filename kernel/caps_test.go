@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
@@ -114,13 +115,13 @@ func TestCapabilityProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	replica := mustListen(t, "127.0.0.1:0")
-	shim := mustListen(t, "127.0.0.1:0")
+	replica := testnet.Listen(t, "127.0.0.1:0")
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	front := replica.Addr().(*net.TCPAddr).AddrPort()
 	if err := p.State.AddFrontend(front, shim, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := acceptedBy(t, mustDialPlain(t, front.String()), replica, shim); got != 1 {
+	if got := acceptedBy(t, testnet.Dial(t, front.String()), replica, shim); got != 1 {
 		t.Fatalf("a client's connection went to listener %d, want the shim's", got)
 	}
 	up, release, err := p.Upstreams.DialTCP(context.Background(), front.String())

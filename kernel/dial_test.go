@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/maps/mapstest"
 )
@@ -19,15 +20,15 @@ func TestOwnConnectionsAreNeverSteeredIntoTheShim(t *testing.T) {
 		return
 	}
 	st := kerneltest.State(t)
-	replica := mustListen(t, "127.0.0.1:0")
-	shim := mustListen(t, "127.0.0.1:0")
+	replica := testnet.Listen(t, "127.0.0.1:0")
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	front := replica.Addr().(*net.TCPAddr).AddrPort()
 	if err := st.AddFrontend(front, shim, false); err != nil {
 		t.Fatal(err)
 	}
 	d := NewOwnDialer(st, 3*time.Second, false)
 	for range 3 {
-		if got := acceptedBy(t, mustDialPlain(t, front.String()), replica, shim); got != 1 {
+		if got := acceptedBy(t, testnet.Dial(t, front.String()), replica, shim); got != 1 {
 			t.Fatalf("a client's connection went to listener %d, want the shim (1)", got)
 		}
 		c, release, err := d.DialTCP(context.Background(), front.String())
@@ -59,7 +60,7 @@ func TestOwnDialerKeepsTheKernelsSourceAddress(t *testing.T) {
 		return
 	}
 	st := kerneltest.State(t)
-	replica := mustListen(t, "127.0.0.3:0")
+	replica := testnet.Listen(t, "127.0.0.3:0")
 	d := NewOwnDialer(st, 3*time.Second, false)
 	c, release, err := d.DialTCP(context.Background(), replica.Addr().String())
 	if err != nil {
@@ -67,7 +68,7 @@ func TestOwnDialerKeepsTheKernelsSourceAddress(t *testing.T) {
 	}
 	defer release()
 	defer c.Close()
-	plain := mustDialPlain(t, replica.Addr().String())
+	plain := testnet.Dial(t, replica.Addr().String())
 	if a, b := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(), plain.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); a != b {
 		t.Fatalf("source %s, the kernel's choice is %s", a, b)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/lmwarden/internal/testnet"
 	"github.com/lmwarden/lmwarden/kernel/kerneltest"
 	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/maps"
@@ -102,7 +103,7 @@ func newFrameWalker(tb testing.TB) *frameWalker {
 		p.Close()
 		maps.Unload(maps.Options{Dir: dir})
 	})
-	replica := mustListen(tb, "127.0.0.1:0")
+	replica := testnet.Listen(tb, "127.0.0.1:0")
 	us, release, err := p.Upstreams.DialTCP(context.Background(), replica.Addr().String())
 	if err != nil {
 		tb.Fatal(err)
@@ -123,8 +124,8 @@ func newFrameWalker(tb testing.TB) *frameWalker {
 	if err := p.State.NewSocketState(w.cookie, 0); err != nil {
 		tb.Fatal(err)
 	}
-	front := mustListen(tb, "127.0.0.1:0")
-	cli := mustDialPlain(tb, front.Addr().String())
+	front := testnet.Listen(tb, "127.0.0.1:0")
+	cli := testnet.Dial(tb, front.Addr().String())
 	cs, err := front.AcceptTCP()
 	if err != nil {
 		tb.Fatal(err)

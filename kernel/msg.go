@@ -136,8 +136,16 @@ func (k *MsgPath) unpaired(addr string) {
 	}
 }
 
+// Capabilities implements datapath.Datapath: the sk_msg datapath sets a
+// client connection up before its first head, carries whole responses,
+// and says where a cut response stands.
+func (k *MsgPath) Capabilities() datapath.Capabilities {
+	return datapath.Capabilities{ConnPreparer: k, Carrier: k, Cutter: k}
+}
+
 var (
 	_ datapath.Datapath        = (*MsgPath)(nil)
 	_ datapath.ResponseCarrier = (*MsgPath)(nil)
 	_ datapath.ConnPreparer    = (*MsgPath)(nil)
+	_ datapath.ResponseCutter  = (*MsgPath)(nil)
 )

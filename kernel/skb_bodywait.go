@@ -17,5 +17,3 @@ func (k *SkbPath) QueuedHead(c *datapath.Conn) (int, bool) {
 	defer k.mu.Unlock()
 	return k.peeked[cookie].size, false
 }
-
-var _ datapath.QueuedRequest = (*SkbPath)(nil)

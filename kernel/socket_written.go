@@ -27,17 +27,34 @@ func writtenState(c *net.TCPConn) (uint64, uint8, error) {
 	var state uint8
 	var gerr error
 	err = raw.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil {
-			gerr = err
-			return
+		// The two counts are read apart: an ACK between them moves bytes
+		// from the send queue to the acknowledged count, and the sum
+		// comes out short by what it acknowledged. Short is not safe: as
+		// the count before the kernel's bytes, it would let the shim
+		// write (or take the client out of the SOCKHASH, dropping what
+		// its psock still holds) before they landed. So the ACK count
+		// is read on both sides of the send queue's, until it held.
+		for {
+			before, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				gerr = err
+				return
+			}
+			outq, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+			if err != nil {
+				gerr = err
+				return
+			}
+			after, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				gerr = err
+				return
+			}
+			if before.Bytes_acked == after.Bytes_acked {
+				n, state = after.Bytes_acked+uint64(outq), after.State
+				return
+			}
 		}
-		outq, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
-		if err != nil {
-			gerr = err
-			return
-		}
-		n, state = info.Bytes_acked+uint64(outq), info.State
 	})
 	if err != nil {
 		return 0, 0, err

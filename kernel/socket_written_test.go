@@ -4,14 +4,16 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/lmwarden/internal/testnet"
 )
 
 // A peer that resets the connection drops whatever was still to be sent:
 // waitWritten must say so at once, not wait out its timeout for bytes
 // that will never be queued (an exchange waiting there stays in flight).
 func TestWaitWrittenFailsOnceThePeerReset(t *testing.T) {
-	ln := mustListen(t, "127.0.0.1:0")
-	c := mustDialPlain(t, ln.Addr().String())
+	ln := testnet.Listen(t, "127.0.0.1:0")
+	c := testnet.Dial(t, ln.Addr().String())
 	peer, err := ln.AcceptTCP()
 	if err != nil {
 		t.Fatal(err)

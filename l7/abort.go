@@ -86,21 +86,14 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// replicaNamer is implemented by *placement.Model: a replica's URL, for logs.
-type replicaNamer interface{ ReplicaURL(replica int) string }
-
 // replicaAttrs name a replica in a log line: its index and URL.
 func (s *Shim) replicaAttrs(replica int, more ...any) []any {
 	a := []any{"replica", replica}
-	if n, ok := s.placer.(replicaNamer); ok && replica >= 0 {
-		a = append(a, "url", n.ReplicaURL(replica))
+	if replica >= 0 {
+		a = append(a, "url", s.placer.ReplicaURL(replica))
 	}
 	return append(a, more...)
 }
-
-// healthReporter is implemented by *placement.Model: whether a replica takes
-// placements (the poller's verdict).
-type healthReporter interface{ Healthy(replica int) bool }
 
 // stallCheck is how often the shim looks for exchanges stalled on an
 // unhealthy replica; StallGrace how long one must have sent nothing to
@@ -123,10 +116,6 @@ func (s *Shim) trackExchange(x *exchange, on bool) {
 // unhealthy and that have sent their client nothing for StallGrace, until
 // done is closed.
 func (s *Shim) watchStalls(done <-chan struct{}) {
-	hr, ok := s.placer.(healthReporter)
-	if !ok {
-		return
-	}
 	t := time.NewTicker(stallCheck)
 	defer t.Stop()
 	for {
@@ -145,7 +134,7 @@ func (s *Shim) watchStalls(done <-chan struct{}) {
 		for _, x := range check {
 			unhealthy, seen := down[x.Replica]
 			if !seen {
-				unhealthy = x.Replica >= 0 && !hr.Healthy(x.Replica)
+				unhealthy = x.Replica >= 0 && !s.placer.Healthy(x.Replica)
 				down[x.Replica] = unhealthy
 			}
 			if !unhealthy || x.aborted() != notAborted {

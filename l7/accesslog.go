@@ -31,10 +31,6 @@ const (
 	statusClientGone = 499
 )
 
-// sessionHasher is the part of a placer that hashes an id with the
-// model's key (placement.Model): the access log's agent field.
-type sessionHasher interface{ HashSession(id string) uint64 }
-
 // accessRecord gathers one request's line while the exchange runs.
 type accessRecord struct {
 	start time.Time
@@ -88,8 +84,8 @@ func (s *Shim) endAccess(c *datapath.Conn, a *accessRecord) {
 	if a.p != nil && a.p.SessionHash != 0 {
 		session = hex16(a.p.SessionHash)
 	}
-	if hs, ok := s.placer.(sessionHasher); ok && a.key.AgentID != "" {
-		agent = hex16(hs.HashSession(a.key.AgentID))
+	if a.key.AgentID != "" {
+		agent = hex16(s.placer.HashSession(a.key.AgentID))
 	}
 	s.opts.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, accessMsg,
 		slog.String("model", s.placer.Name()),

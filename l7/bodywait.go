@@ -64,7 +64,7 @@ func (s *Shim) awaitBody(c *datapath.Conn, h *http1.Head, deadline time.Time) bo
 	if q.whole() {
 		return bodyHere
 	}
-	if qr, ok := s.dp.(datapath.QueuedRequest); ok {
+	if qr := s.caps.Queued; qr != nil {
 		var taken bool
 		if q.prefix, taken = qr.QueuedHead(c); taken {
 			return bodyStreams // the datapath's queue: the relay waits as before

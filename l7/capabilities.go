@@ -8,7 +8,7 @@ import (
 // readHead reads the next request head of c, through the datapath's
 // HeadReader for the first one if it has one.
 func (s *Shim) readHead(c *datapath.Conn, first bool) (*http1.Head, []byte, error) {
-	if hr, ok := s.dp.(datapath.HeadReader); ok && len(c.Pending) == 0 {
+	if hr := s.caps.HeadReader; hr != nil && len(c.Pending) == 0 {
 		return hr.ReadFirstHead(c)
 	}
 	return http1.ReadHead(c.TCPConn, c.Pending)
@@ -17,7 +17,7 @@ func (s *Shim) readHead(c *datapath.Conn, first bool) (*http1.Head, []byte, erro
 // waitNextHead waits for the first byte of a keep-alive connection's next
 // head (the sk_skb datapath peeks it: see HeadReader).
 func (s *Shim) waitNextHead(c *datapath.Conn) error {
-	if w, ok := s.dp.(datapath.HeadWaiter); ok {
+	if w := s.caps.HeadWaiter; w != nil {
 		if handled, err := w.WaitHead(c); handled {
 			return err
 		}

@@ -66,9 +66,6 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // alerts see it before the first one.
 var answeredCodes = []int{400, 408, 431, 502, 503, 504, 505}
 
-// replicaCounter is implemented by *placement.Model.
-type replicaCounter interface{ Replicas() int }
-
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	limits := map[*ConnLimits]bool{}
@@ -111,8 +108,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for stage, n := range st.Abandoned {
 			ch <- prometheus.MustNewConstMetric(descShimAbandoned, prometheus.CounterValue, float64(n), model, stage)
 		}
-		u, ok := s.dp.(*datapath.UserPath)
-		if !ok || seen[u] {
+		u := s.caps.Userspace
+		if u == nil || seen[u] {
 			continue
 		}
 		seen[u] = true
@@ -122,12 +119,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if o.dp != s.dp {
 				continue
 			}
-			if rc, ok := o.placer.(replicaCounter); ok {
-				for i := range rc.Replicas() {
-					k := datapath.ReplicaKey{Model: o.placer.Name(), Replica: i}
-					if _, ok := counts[k]; !ok {
-						counts[k] = datapath.ByteCounts{}
-					}
+			for i := range o.placer.Replicas() {
+				k := datapath.ReplicaKey{Model: o.placer.Name(), Replica: i}
+				if _, ok := counts[k]; !ok {
+					counts[k] = datapath.ByteCounts{}
 				}
 			}
 		}

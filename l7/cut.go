@@ -53,8 +53,8 @@ func (s *Shim) cutState(x *exchange) datapath.CutState {
 // and say where it stands, before x's replica connection closes: closing
 // it drops the kernel's record of the connection.
 func (s *Shim) recordCut(x *exchange) {
-	c, ok := s.dp.(datapath.ResponseCutter)
-	if !ok {
+	c := s.caps.Cutter
+	if c == nil {
 		return
 	}
 	x.mu.Lock()

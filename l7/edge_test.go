@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/lmwarden/lmwarden/internal/testutil"
-	"github.com/lmwarden/lmwarden/l7/datapath"
 	"github.com/lmwarden/lmwarden/l7/http1"
 	"github.com/lmwarden/lmwarden/sim"
 )
@@ -445,11 +444,8 @@ func TestHTTP10KeepAliveClientGetsAStreamEndedByTheClose(t *testing.T) {
 }
 
 func TestReplicaAnswerToAnOversizedBodyReachesTheClient(t *testing.T) {
-	if _, user := defaultDatapath().(*datapath.UserPath); !user {
-		// The kernel datapath carries the body in the kernel and does not
-		// read the replica socket when that relay fails: the client gets
-		// a 502 instead of the replica's own error.
-		t.Skip("early answers are relayed by the userspace datapath only")
+	if defaultDatapath().Name() == "skb" {
+		t.Skip(`sk_skb loses a replica's answer sent before it read the whole body: docs/kernel.md, "What skb loses"`)
 	}
 	// A replica with a body limit answers 413 at once and closes without
 	// reading the body (the kernel then resets the connection).
@@ -883,12 +879,8 @@ func TestClientLeavingAfterTheWholeStreamWasSentIsCounted(t *testing.T) {
 }
 
 func TestHalfClosedClientsStillGetTheirAnswer(t *testing.T) {
-	if _, user := defaultDatapath().(*datapath.UserPath); !user {
-		// The kernel datapath fails about one exchange in 200 here: a FIN
-		// that lands between its check that the client is established
-		// and the client's insertion into the SOCKHASH makes that
-		// insertion fail (EOPNOTSUPP), and the exchange ends in a 502.
-		t.Skip("half-closed clients race with the kernel datapath's SOCKHASH insertion")
+	if defaultDatapath().Name() == "skb" {
+		t.Skip(`sk_skb carries a half-closed client's FIN to the replica and breaks the upstream socket: docs/kernel.md, "What skb loses"`)
 	}
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))

@@ -31,37 +31,8 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	start := time.Now()
 	acc := s.beginAccess(client, h, key, start)
 	defer s.endAccess(client, acc)
-	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
+	p, parked, ok := s.admit(client, h, key, start)
 	if !ok {
-		return false
-	}
-	// A body that is not whole in hand or in the socket does not steer
-	// placement until it has arrived (placement.Request.BodyPending).
-	bodyPending := !whole
-	p, wait, err := s.placer.Admit(placement.Request{
-		SessionID:        key.SessionID,
-		AgentID:          key.AgentID,
-		ParentAgentID:    key.ParentAgentID,
-		ContextCompacted: key.ContextCompacted,
-		BodyStart:        key.BodyStart,
-		PinnedHeader:     key.PinnedHeader,
-		PromptBytes:      key.PromptBytes,
-		BodyPending:      bodyPending,
-		NonInference:     !isInference(h),
-		Source:           remoteAddr(client.TCPConn),
-		Now:              start,
-	})
-	client.Mark("placed")
-	var parked time.Duration
-	if err == nil && wait != nil {
-		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
-			s.stats.countAbandoned(abandonedParked)
-			return false
-		}
-		parked = time.Since(start)
-	}
-	if err != nil {
-		s.placementFailed(client, h, err)
 		return false
 	}
 	if acc != nil {
@@ -95,31 +66,12 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	s.trackExchange(x, true)
 	status, err := s.relay(x, &p, reused)
 	s.trackExchange(x, false)
-	up = x.Upstream // relay may have replaced a dead pooled connection
-	if err != nil && !errors.Is(err, errClientGone) {
-		s.recordCut(x) // before the replica connection closes
-	}
-	if err != nil && status != 0 {
-		// The shim answers the client itself: a kernel datapath must not
-		// carry the replica's answer into it as well (unless it began).
-		if x.cutRecorded() {
-			if cs, known := x.recordedCut(); known && cs.Began {
-				status, x.responseBegan = 0, true
-			}
-		} else if rc, ok := s.dp.(datapath.ResponseCarrier); ok && rc.Disarm(&x.Exchange) {
-			status, x.responseBegan = 0, true
-		}
-	}
-	if err == nil {
-		s.observe(x, start, time.Now())
-	}
 	if err != nil {
-		if up != nil {
-			up.Close()
-		}
-		s.failed(x, p, status, start, err)
+		s.fail(x, p, status, start, err)
 		return false
 	}
+	s.observe(x, start, time.Now())
+	up = x.Upstream // relay may have replaced a dead pooled connection
 	if x.Response.Reusable {
 		s.pool.Put(p.Addr, up)
 	} else {
@@ -148,6 +100,46 @@ func (s *Shim) exchange(client *datapath.Conn, h *http1.Head) (keepAlive bool) {
 	return x.keepAliveSent
 }
 
+// admit waits for the request's body where it may (bodywait.go) and
+// places the request by key, parked first if admission says so. ok is
+// false when the request ends here: the client left, or the shim answered
+// it.
+func (s *Shim) admit(client *datapath.Conn, h *http1.Head, key RoutingKey, start time.Time) (p placement.Placement, parked time.Duration, ok bool) {
+	ok, whole := s.bodyInHand(client, h, start) // bodywait.go
+	if !ok {
+		return p, 0, false
+	}
+	// A body that is not whole in hand or in the socket does not steer
+	// placement until it has arrived (placement.Request.BodyPending).
+	bodyPending := !whole
+	p, wait, err := s.placer.Admit(placement.Request{
+		SessionID:        key.SessionID,
+		AgentID:          key.AgentID,
+		ParentAgentID:    key.ParentAgentID,
+		ContextCompacted: key.ContextCompacted,
+		BodyStart:        key.BodyStart,
+		PinnedHeader:     key.PinnedHeader,
+		PromptBytes:      key.PromptBytes,
+		BodyPending:      bodyPending,
+		NonInference:     !isInference(h),
+		Source:           remoteAddr(client.TCPConn),
+		Now:              start,
+	})
+	client.Mark("placed")
+	if err == nil && wait != nil {
+		if p, err = s.awaitAdmission(client, wait, h); errors.Is(err, errClientGone) {
+			s.stats.countAbandoned(abandonedParked)
+			return p, 0, false
+		}
+		parked = time.Since(start)
+	}
+	if err != nil {
+		s.placementFailed(client, h, err)
+		return p, parked, false
+	}
+	return p, parked, true
+}
+
 // placementFailed answers a request placement refused: 503 when no
 // replica is healthy or admission's queue is full (with the Retry-After
 // admission suggests), else 502.
@@ -162,6 +154,31 @@ func (s *Shim) placementFailed(client *datapath.Conn, h *http1.Head, err error) 
 		s.log.Warn("placement failed", "err", err)
 		s.reject(client, 502, h)
 	}
+}
+
+// fail ends an exchange whose relay failed: what the client got of the
+// response is recorded before the replica connection closes, and the
+// shim answers status itself only if the kernel carried nothing of the
+// replica's answer.
+func (s *Shim) fail(x *exchange, p placement.Placement, status int, start time.Time, err error) {
+	if !errors.Is(err, errClientGone) {
+		s.recordCut(x) // before the replica connection closes
+	}
+	if status != 0 {
+		// The shim answers the client itself: a kernel datapath must not
+		// carry the replica's answer into it as well (unless it began).
+		if x.cutRecorded() {
+			if cs, known := x.recordedCut(); known && cs.Began {
+				status, x.responseBegan = 0, true
+			}
+		} else if rc := s.caps.Carrier; rc != nil && rc.Disarm(&x.Exchange) {
+			status, x.responseBegan = 0, true
+		}
+	}
+	if x.Upstream != nil {
+		x.Upstream.Close()
+	}
+	s.failed(x, p, status, start, err)
 }
 
 // failed ends an exchange that failed: the shim's own answer (status), or
@@ -215,14 +232,11 @@ func (s *Shim) failureReason(x *exchange, status int, err error) string {
 
 // replicaURL is a replica's URL ("" when the placer does not say).
 func (s *Shim) replicaURL(replica int) string {
-	if n, ok := s.placer.(replicaNamer); ok && replica >= 0 {
-		return n.ReplicaURL(replica)
+	if replica >= 0 {
+		return s.placer.ReplicaURL(replica)
 	}
 	return ""
 }
-
-// bodyArrival is implemented by *placement.Model (placement.Request.BodyPending).
-type bodyArrival interface{ BodyArrived(*placement.Placement) }
 
 // parkedPoll is how often a parked request checks that its client is
 // still there.
@@ -285,196 +299,6 @@ func (s *Shim) connect(p *placement.Placement, released *bool) (*datapath.Conn, 
 	return s.pool.Get(ctx, p.Addr)
 }
 
-// relay moves one exchange once the upstream connection is up. On error it
-// returns the status the shim should still answer with (0: none, the
-// client is gone or has already seen part of the response).
-func (s *Shim) relay(x *exchange, p *placement.Placement, reused bool) (int, error) {
-	client, h := x.Client, x.Request
-	if h.ExpectContinue {
-		// The shim stripped Expect and is ready for the body now.
-		if _, err := client.WriteAll(s.opts.BodyTimeout, []byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
-			return 0, err
-		}
-	}
-	// A datapath that carries whole responses is armed before the request
-	// goes out, when the client may get the replica's head as it is.
-	carrier, _ := s.dp.(datapath.ResponseCarrier)
-	armed := false
-	arm := func() error {
-		armed = false
-		if carrier == nil || !s.headAsIs(x) {
-			return nil
-		}
-		var err error
-		if armed, err = carrier.ArmResponse(&x.Exchange); armed {
-			s.trackArmed(x, true)
-		}
-		return err
-	}
-	defer func() {
-		if armed {
-			s.trackArmed(x, false)
-		}
-	}()
-	head := http1.UpstreamHead(h, p.RankHeader, p.Addr)
-	// Body bytes that came with the head go out in the same writev.
-	var early int
-	if h.Framing == http1.FramingLength {
-		early = int(min(int64(len(client.Pending)), h.ContentLength))
-	}
-	err := arm()
-	client.Mark("armed")
-	if err == nil {
-		_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
-	}
-	if err != nil && reused {
-		// The pooled connection died between the liveness check and this
-		// write: the replica saw nothing usable, so a fresh one is safe.
-		x.Upstream.Close()
-		x.Upstream, err = s.pool.Dial(context.Background(), p.Addr)
-		if err == nil {
-			x.setUpstream(x.Upstream)
-			err = arm()
-		}
-		if err == nil {
-			_, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, client.Pending[:early])
-		}
-	}
-	if err != nil {
-		return 502, err
-	}
-	// sent stays valid until the next read into the client buffer, which
-	// only happens after this exchange (the watch reads into its own).
-	sent := client.Pending[:early]
-	replayable := h.Framing == http1.FramingNone || (h.Framing == http1.FramingLength && int64(early) == h.ContentLength)
-	client.Pending = client.Pending[early:]
-	x.BodyBytesUp = int64(early)
-	if h.Framing == http1.FramingLength {
-		x.Request = withLength(h, h.ContentLength-int64(early))
-	}
-	client.Mark("written")
-	if err := s.relayRequestBody(x, p); err != nil {
-		x.Request = h
-		if errors.Is(err, http1.ErrBadChunk) || errors.Is(err, datapath.ErrLineTooLong) {
-			return 400, err // the client's framing is broken
-		}
-		if x.aborted() == abortBody || !time.Now().Before(x.BodyDeadline) {
-			return 408, err // the client's body did not come in time
-		}
-		if peerGone(client, true) || (errors.Is(err, io.ErrUnexpectedEOF) && peerGone(client, false)) {
-			// The client closed (or reset) before its whole body came:
-			// its leaving, not the replica's failure.
-			return 0, fmt.Errorf("%w: %w: %w", errClientGone, errBodyAbandoned, err)
-		}
-		if !s.answeredEarly(x, armed) {
-			return 502, err
-		}
-		// The replica answered before it took the whole body (a body
-		// too large, say) and closed: relay its answer, not a 502.
-		x.earlyAnswer = true
-	}
-	x.Request = h
-
-	// A kernel-carried response reaches the client without the shim: the
-	// watch disarms it before it writes a 100 Continue probe.
-	client.Mark("body")
-	watch := watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
-	resp, carried, err := s.awaitResponse(x, watch, armed)
-	if err != nil && reused && replayable && errors.Is(err, datapath.ErrNoResponse) {
-		// The replica closed a pooled connection instead of answering:
-		// it was closing it as idle when the request arrived and never
-		// processed it (Go's http.Transport retries this case too). The
-		// whole request is still here, so send it once on a new one.
-		if watch.stop() {
-			return 0, errClientGone
-		}
-		x.Upstream.Close()
-		if x.Upstream, err = s.pool.Dial(context.Background(), p.Addr); err != nil {
-			return 502, err
-		}
-		x.setUpstream(x.Upstream)
-		if err = arm(); err != nil {
-			return 502, err
-		}
-		// Counted before the write: a kernel datapath can carry the
-		// answer to the client before this goroutine runs again.
-		s.stats.replays.Add(1)
-		if _, err = x.Upstream.WriteAll(s.opts.BodyTimeout, head, sent); err != nil {
-			return 502, err
-		}
-		watch = watchResponse(client, x.Upstream, h, s.probeGuard(x, armed))
-		resp, carried, err = s.awaitResponse(x, watch, armed)
-	}
-	if err != nil {
-		// A kernel datapath's redirect into a client that reset fails
-		// the replica's send, and the replica may close before the watch
-		// has read that reset: the client left, the replica did nothing
-		// wrong.
-		if watch.stop() || peerGone(client, true) {
-			return 0, errClientGone
-		}
-		if carried {
-			x.responseBegan = true
-			return 0, err // the client has part of the response
-		}
-		if errors.Is(err, http1.ErrHeadTimeout) {
-			return 504, err
-		}
-		return 502, err
-	}
-	client.Mark("response")
-	x.Response = resp
-	if x.earlyAnswer {
-		resp.Reusable = false // the rest of the request never went there
-	}
-	if carried {
-		x.responseBegan, x.headCarried = true, true
-		// The kernel sent the first byte; the datapath says when. (A
-		// read time left on a pooled connection by an earlier exchange
-		// the shim relayed is not this one's.)
-		x.headAt = x.FirstByteAt
-		if x.headAt.IsZero() {
-			x.headAt = time.Now()
-		}
-		x.Upstream.StampNextRead(false)
-		if watch.stop() {
-			return 0, errClientGone
-		}
-		return 0, nil
-	}
-	dechunk := dechunked(h, resp)
-	// The first body byte: with the head, or the next read that brings
-	// one (a streamed response's first event) when the shim relays the
-	// body itself. A kernel datapath reads only what its verdict passes
-	// (a response's tail, say), so its reads say nothing of the first
-	// byte: the head's time stands there.
-	_, userPath := s.dp.(*datapath.UserPath)
-	x.headAt = time.Now()
-	x.Upstream.StampNextRead(len(x.Upstream.Pending) == 0 && (userPath || dechunk))
-	keep := s.clientKeepAlive(h, resp) && !x.earlyAnswer
-	if err := watch.writeHead(s.opts.BodyTimeout, http1.WithParked(http1.ClientResponseHead(resp, h.Version, keep, dechunk), x.parked), true); err != nil {
-		watch.stop()
-		return 0, errClientGone
-	}
-	x.responseBegan, x.keepAliveSent = true, keep
-	x.Idle = s.opts.ResponseTimeout
-	if dechunk {
-		err = relayDechunked(&x.Exchange)
-	} else {
-		err = s.dp.RelayResponseBody(&x.Exchange)
-	}
-	// A relay that failed on a client socket the client reset may return
-	// before the watch has read that reset: the client left, the replica
-	// did nothing wrong.
-	if watch.stop() || (err != nil && peerGone(client, true)) {
-		return 0, errClientGone
-	}
-	if err != nil {
-		return 0, err
-	}
-	return 0, nil
-}
-
 // relayDechunked relays a chunked response body as plain data, for an
 // HTTP/1.0 client that cannot parse chunks; the shim does this itself,
 // whatever the datapath, and closes the client connection after it.
@@ -513,9 +337,7 @@ func (s *Shim) relayRequestBody(x *exchange, p *placement.Placement) error {
 const bodyDeadlineSlack = 250 * time.Millisecond
 
 func (s *Shim) bodyArrived(p *placement.Placement) {
-	if b, ok := s.placer.(bodyArrival); ok {
-		b.BodyArrived(p)
-	}
+	s.placer.BodyArrived(p)
 }
 
 // trackArmed records that x may be carried by the datapath (or no longer),
@@ -531,7 +353,7 @@ func (s *Shim) trackArmed(x *exchange, on bool) {
 	closing := s.closing.Load()
 	s.mu.Unlock()
 	if closing {
-		s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange)
+		s.caps.Carrier.Disarm(&x.Exchange)
 	}
 }
 
@@ -542,7 +364,7 @@ func (s *Shim) probeGuard(x *exchange, armed bool) func() bool {
 	if !armed {
 		return nil
 	}
-	return func() bool { return !s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange) }
+	return func() bool { return !s.caps.Carrier.Disarm(&x.Exchange) }
 }
 
 // headAsIs reports whether the client may get the replica's response head
@@ -561,7 +383,7 @@ func (s *Shim) headAsIs(x *exchange) bool {
 func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http1.ResponseHead, bool, error) {
 	if armed {
 		x.Idle = s.opts.ResponseTimeout
-		resp, carried, err := s.dp.(datapath.ResponseCarrier).AwaitResponse(&x.Exchange)
+		resp, carried, err := s.caps.Carrier.AwaitResponse(&x.Exchange)
 		if err != nil || carried {
 			return resp, carried, err
 		}
@@ -571,23 +393,10 @@ func (s *Shim) awaitResponse(x *exchange, watch *clientWatch, armed bool) (*http
 	return resp, false, err
 }
 
-// responseObserver is implemented by *placement.Model: it keeps the time to
-// first byte and duration histograms (lmwarden_*_seconds).
-type responseObserver interface {
-	ObserveResponse(placement.ResponseTiming, time.Time)
-}
-
-// answeredObserver is implemented by *placement.Model: the dashboard shows
-// the errors the warden answered itself, by code.
-type answeredObserver interface {
-	ObserveAnswered(code int, now time.Time)
-}
-
 // observe hands the timings of an exchange relayed to its end to the
 // placer, when it keeps them.
 func (s *Shim) observe(x *exchange, start, end time.Time) {
-	o, ok := s.placer.(responseObserver)
-	if !ok || x.Response == nil {
+	if x.Response == nil {
 		return
 	}
 	first := x.headAt
@@ -597,7 +406,7 @@ func (s *Shim) observe(x *exchange, start, end time.Time) {
 		first = at
 	}
 	x.firstAt = first
-	o.ObserveResponse(placement.ResponseTiming{
+	s.placer.ObserveResponse(placement.ResponseTiming{
 		Replica: x.Replica, FirstByte: first.Sub(start), Duration: end.Sub(start), Parked: x.parked, Status: x.Response.Status,
 		SessionHash: x.sessionHash, BodyBytes: x.BodyBytesUp,
 	}, end)
@@ -671,9 +480,9 @@ func dechunked(h *http1.Head, r *http1.ResponseHead) bool {
 // failed request body.
 func (s *Shim) answeredEarly(x *exchange, armed bool) bool {
 	if armed {
-		return s.dp.(datapath.ResponseCarrier).AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
+		return s.caps.Carrier.AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
 	}
-	if _, user := s.dp.(*datapath.UserPath); !user {
+	if s.caps.Userspace == nil {
 		return false
 	}
 	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)
@@ -719,9 +528,7 @@ func (s *Shim) rejectRetry(c *datapath.Conn, h *http1.Head, after time.Duration)
 func (s *Shim) rejectAnswer(c *datapath.Conn, status int, h *http1.Head, why string, after time.Duration) {
 	s.stats.countStatus(status)
 	c.Answered, c.AnsweredAt = status, time.Now()
-	if o, ok := s.placer.(answeredObserver); ok {
-		o.ObserveAnswered(status, time.Now())
-	}
+	s.placer.ObserveAnswered(status, time.Now())
 	text := statusText(status)
 	msg := "lmwarden: " + text
 	if why != "" {

@@ -113,11 +113,7 @@ type client struct {
 
 func mustDial(tb testing.TB, addr string) *client {
 	tb.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
+	c := testnet.Dial(tb, addr)
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a hang fails, not blocks
 	return &client{Conn: c, r: bufio.NewReader(c)}
 }

@@ -30,7 +30,35 @@ type Placer interface {
 	Abandon(*placement.Wait, time.Time)
 	Retry(placement.Placement, time.Time) (placement.Placement, error)
 	Done(placement.Placement, time.Time)
+	PlacerReports
 }
+
+// PlacerReports is what the shim tells the placer of the exchanges it
+// placed, and asks it of the replicas, besides placing.
+type PlacerReports interface {
+	// BodyArrived: a request placed before its body arrived has it now
+	// (placement.Request.BodyPending), and steers placement from here.
+	BodyArrived(*placement.Placement)
+	// ObserveResponse keeps the time to first byte and duration
+	// histograms (lmwarden_*_seconds).
+	ObserveResponse(placement.ResponseTiming, time.Time)
+	// ObserveAnswered counts the errors the warden answered itself, by
+	// code, for the dashboard.
+	ObserveAnswered(code int, now time.Time)
+	// ReplicaURL names a replica in logs.
+	ReplicaURL(replica int) string
+	// Healthy is the poller's verdict on a replica: an exchange stalled
+	// on an unhealthy one is ended (abort.go).
+	Healthy(replica int) bool
+	// Replicas is how many replicas the model has: each has byte counts
+	// from the start.
+	Replicas() int
+	// HashSession hashes an id with the model's key: the access log
+	// names an agent by it, never by the raw id.
+	HashSession(id string) uint64
+}
+
+var _ Placer = (*placement.Model)(nil)
 
 // Options tune a Shim. Zero values take the defaults below.
 type Options struct {
@@ -119,6 +147,7 @@ type Shim struct {
 	placer Placer
 	opts   Options
 	dp     datapath.Datapath
+	caps   datapath.Capabilities // dp's optional steps
 	pool   *Upstreams
 	log    *slog.Logger
 
@@ -146,7 +175,7 @@ type connState struct {
 func NewShim(m Placer, opts Options) *Shim {
 	opts.setDefaults()
 	return &Shim{
-		placer: m, opts: opts, dp: opts.Datapath, pool: opts.Upstreams,
+		placer: m, opts: opts, dp: opts.Datapath, caps: opts.Datapath.Capabilities(), pool: opts.Upstreams,
 		log:       opts.Logger.With("model", m.Name()),
 		lns:       map[*net.TCPListener]struct{}{},
 		conns:     map[*datapath.Conn]*connState{},
@@ -253,7 +282,7 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 		}
 		s.wg.Done()
 	}()
-	if cp, ok := s.dp.(datapath.ConnPreparer); ok {
+	if cp := s.caps.ConnPreparer; cp != nil {
 		cp.PrepareConn(c)
 	}
 	// The first head: its deadline set under the lock (a drain that began
@@ -397,7 +426,7 @@ func (s *Shim) Close() error {
 	// so that a client sees its idle connection close only after.
 	var dis sync.WaitGroup
 	for _, x := range armed {
-		dis.Go(func() { s.dp.(datapath.ResponseCarrier).Disarm(&x.Exchange) })
+		dis.Go(func() { s.caps.Carrier.Disarm(&x.Exchange) })
 	}
 	dis.Wait()
 	s.mu.Lock()

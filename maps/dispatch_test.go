@@ -1,44 +1,20 @@
 package maps
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/lmwarden/lmwarden/internal/testnet"
 )
-
-// mustListen listens on addr without MPTCP (a sockmap refuses MPTCP).
-func mustListen(tb testing.TB, addr string) *net.TCPListener {
-	tb.Helper()
-	var lc net.ListenConfig
-	lc.SetMultipathTCP(false)
-	ln, err := lc.Listen(context.Background(), "tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	return ln.(*net.TCPListener)
-}
-
-func mustDial(tb testing.TB, addr string) *net.TCPConn {
-	tb.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second}
-	d.SetMultipathTCP(false)
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return c.(*net.TCPConn)
-}
 
 // acceptedBy dials addr and reports which of the listeners accepted it.
 func acceptedBy(tb testing.TB, addr string, lns ...*net.TCPListener) int {
 	tb.Helper()
-	c := mustDial(tb, addr)
+	c := testnet.Dial(tb, addr)
 	local := c.LocalAddr().String()
 	for i, ln := range lns {
 		ln.SetDeadline(time.Now().Add(200 * time.Millisecond))
@@ -59,7 +35,7 @@ func TestDispatchReachesShimListener(t *testing.T) {
 		return
 	}
 	s := mustState(t)
-	shim := mustListen(t, "127.0.0.1:0")
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	front := netip.MustParseAddrPort("10.77.0.1:8000")
 	if err := s.AddFrontend(front, shim, true); err != nil {
 		t.Fatal(err)
@@ -93,8 +69,8 @@ func TestDispatchFailsOpenWhenShimCloses(t *testing.T) {
 		return
 	}
 	s := mustState(t)
-	vllm := mustListen(t, "127.0.0.1:8000") // the port's own listener
-	shim := mustListen(t, "127.0.0.1:0")
+	vllm := testnet.Listen(t, "127.0.0.1:8000") // the port's own listener
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	front := netip.MustParseAddrPort("127.0.0.1:8000")
 	if err := s.AddFrontend(front, shim, false); err != nil {
 		t.Fatal(err)
@@ -113,7 +89,7 @@ func TestUnloadRemovesOwnedAddressAndPins(t *testing.T) {
 		return
 	}
 	s := mustState(t)
-	shim := mustListen(t, "127.0.0.1:0")
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	front := netip.MustParseAddrPort("10.77.0.2:9000")
 	if err := s.AddFrontend(front, shim, true); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/lmwarden/lmwarden/internal/testnet"
 )
 
 // skLookupCtx is the kernel's struct bpf_sk_lookup (uapi), the context
@@ -38,7 +40,7 @@ func TestDispatchProgramUnderTestRun(t *testing.T) {
 		return
 	}
 	s := mustState(t)
-	shim := mustListen(t, "127.0.0.1:0")
+	shim := testnet.Listen(t, "127.0.0.1:0")
 	if err := s.AddFrontend(netip.MustParseAddrPort("127.0.0.1:8000"), shim, false); err != nil {
 		t.Fatal(err)
 	}

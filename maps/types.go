@@ -35,7 +35,8 @@ const (
 	PhaseHead       = uint32(bpf.LmwardenFramePhaseFR_HEAD)
 )
 
-// Flags and reasons mirrored from lmwarden.h #defines (bpf2go only carries types).
+// Flags and reasons mirrored from lmwarden.h #defines (bpf2go only carries
+// types); kernel/defines_test.go fails when one differs from its #define.
 const (
 	FrontendOwnAddr  = 1  // FRONTEND_OWN_ADDR
 	OwnPair          = 1  // OWN_PAIR

@@ -11,13 +11,11 @@ import "math"
 //
 // The clock (peerRep.touched) counts the tokens that took new blocks:
 // from the replica's counters, prompt tokens less prefix hits (the part
-// each prefill computed) plus the tokens generated. It used to count
-// every prompt token placed, hits included, and so evicted a session
-// after two or three turns of its neighbours that had allocated a few
-// hundred tokens each: with agents' tool time between turns a session
-// idle for 15-20 s then looked evicted, and cost moved it away from the
-// cache that still held it (docs/placement.md, "Liveness"). A replica
-// that exports no counters keeps the old clock.
+// each prefill computed) plus the tokens generated. Prefix hits take no
+// new block: counted, they would make a session idle through its agent's
+// tool time look evicted while its cache still holds it (docs/placement.md,
+// "Liveness"). A replica that exports no counters is clocked by the prompt
+// tokens placed on it, the only count the warden has there.
 //
 // The blocks used more recently than s's are those of the sessions live
 // on its replica whose latest turn came after s's (each context once,

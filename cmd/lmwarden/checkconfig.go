@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 
+	"github.com/lmwarden/lmwarden/agent"
 	"github.com/lmwarden/lmwarden/agent/config"
 )
 
@@ -27,9 +32,10 @@ var errConfigProblems = errors.New("the configuration has problems")
 func runCheckConfig(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: lmwarden check-config FILE\n\nChecks FILE as `lmwarden serve --config FILE` would read it, without\nstarting anything. Exit status: 0 valid, 1 problems (each printed as\nFILE:LINE: field: message), 2 usage.\n")
+		fmt.Fprintf(fs.Output(), "usage: lmwarden check-config [--probe] FILE\n\nChecks FILE as `lmwarden serve --config FILE` would read it, without\nstarting anything. Exit status: 0 valid, 1 problems (each printed as\nFILE:LINE: field: message), 2 usage.\n")
 		fs.PrintDefaults()
 	}
+	probe := fs.Bool("probe", false, "also poll every replica once as serve's poller would, and warn about each that would fail (unreachable, an HTTP error, a /metrics without vLLM's series)")
 	// FILE is the one argument: parse the flags around it.
 	var file string
 	rest := args
@@ -82,7 +88,35 @@ func runCheckConfig(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "  %s: frontend %s, %s, policy %s, affinity %v\n", m.Name, m.Frontend, shape, m.Policy, m.Affinity)
 	}
+	if *probe {
+		probeReplicas(cfg, file, out)
+	}
 	return nil
+}
+
+// probeReplicas polls each replica (or endpoint) once and prints a
+// warning for each that the poller would count as failed: the file is
+// valid either way (a replica may start after the warden), so the exit
+// status stays 0.
+func probeReplicas(cfg *config.Config, file string, out io.Writer) {
+	client := &http.Client{Timeout: cfg.PollTimeout}
+	for i, m := range cfg.Models {
+		urls, field := m.Replicas, "replicas[%d]"
+		if m.OneEndpoint() {
+			urls, field = []string{m.Endpoint}, "endpoint"
+		}
+		for j, u := range urls {
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.PollTimeout)
+			reason := agent.ProbeReplica(ctx, client, u)
+			cancel()
+			at := fmt.Sprintf("models[%d].", i) + strings.Replace(field, "%d", strconv.Itoa(j), 1)
+			if reason != "" {
+				fmt.Fprintf(out, "%s: %s: warning: %s: %s\n", file, at, u, reason)
+			} else {
+				fmt.Fprintf(out, "%s: %s: %s answers as vLLM\n", file, at, u)
+			}
+		}
+	}
 }
 
 // problemLine is FILE:LINE: field: message (the compilers' form, which

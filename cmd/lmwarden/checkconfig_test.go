@@ -1,10 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/lmwarden/agent"
+	"github.com/lmwarden/lmwarden/internal/testnet"
+	"github.com/lmwarden/lmwarden/sim"
 )
 
 // check-config prints every problem at once, each as FILE:LINE: field:
@@ -91,6 +100,35 @@ func TestCheckConfigRefusesReplicaURLsThatAreNotOneServer(t *testing.T) {
 		f + `:6: models[0].replicas[1]: "127.0.0.1:8101" has no scheme: write http://127.0.0.1:8101`,
 		f + `:8: models[0].replicas[3]: "http://LOCALHOST:8102/" duplicates replicas[2] (http://localhost:8102)`,
 		f + ": 3 problem(s)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// check-config --probe polls each replica once as the poller would: a
+// vLLM answers, a server that is not vLLM and a port nobody listens on
+// are each named with why, and the file stays valid (exit 0).
+func TestCheckConfigProbeWarnsOfReplicasThatAreNotVLLM(t *testing.T) {
+	s, err := sim.Serve(context.Background(), sim.ServerConfig{Replicas: 1, Listen: "127.0.0.1:0", Speed: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { io.WriteString(rw, "up 1\n") }))
+	t.Cleanup(other.Close)
+	refused := "http://" + testnet.RefusingAddr(t)
+	f := filepath.Join(t.TempDir(), "probe.yaml")
+	os.WriteFile(f, []byte(fmt.Sprintf("models:\n  - name: m\n    frontend: 127.0.0.1:8000\n    replicas: [%s, %s, %s]\n", s.URLs()[0], other.URL, refused)), 0o644)
+	var out strings.Builder
+	if err := runCheckConfig([]string{"--probe", f}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		f + ": models[0].replicas[0]: " + s.URLs()[0] + " answers as vLLM",
+		f + ": models[0].replicas[1]: warning: " + other.URL + ": " + agent.ErrNoVLLMSeries.Error(),
+		f + ": models[0].replicas[2]: warning: " + refused + ": GET /health: dial tcp",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

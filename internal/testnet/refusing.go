@@ -1,4 +1,6 @@
-// Package testnet holds network helpers for tests.
+// Package testnet holds network helpers for tests: an address that
+// refuses connections, and listeners and dials without MPTCP (which a
+// sockmap refuses).
 package testnet
 
 import (

@@ -101,4 +101,26 @@ type Datapath interface {
 	RelayRequestBody(x *Exchange) error
 	// RelayResponseBody moves the response body from x.Upstream to x.Client.
 	RelayResponseBody(x *Exchange) error
+	// Capabilities names the optional steps the datapath takes part in.
+	Capabilities() Capabilities
+}
+
+// Capabilities are the optional steps of an exchange a Datapath takes part
+// in (datapath_hooks.go), each a field the datapath fills with itself; a
+// nil field is a step it leaves to the shim. Named fields, not type
+// assertions: a method renamed on either side breaks the build instead of
+// switching a feature off, and a type that embeds a Datapath (kernel.Path)
+// keeps them.
+type Capabilities struct {
+	HeadReader   HeadReader
+	HeadWaiter   HeadWaiter
+	ConnPreparer ConnPreparer
+	Carrier      ResponseCarrier
+	Cutter       ResponseCutter
+	Queued       QueuedRequest
+	// Userspace is the datapath when it is the userspace copy: it leaves
+	// the replica socket plain to read after a failed request body, its
+	// reads of a response bring the body's bytes, and the shim exports
+	// its byte counts.
+	Userspace *UserPath
 }

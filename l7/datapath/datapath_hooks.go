@@ -7,7 +7,8 @@ import (
 )
 
 // Optional interfaces a kernel Datapath implements besides Datapath, for
-// the steps of an exchange it must take part in. The shim checks for each.
+// the steps of an exchange it must take part in. It names those it
+// implements in its Capabilities.
 
 // HeadReader is implemented by a Datapath that reads a connection's first
 // request head itself. The sk_skb datapath peeks it (MSG_PEEK) instead of

@@ -40,6 +40,10 @@ func NewUserPath() *UserPath { return &UserPath{counts: map[ReplicaKey]*byteCoun
 // Name implements Datapath.
 func (u *UserPath) Name() string { return "user" }
 
+// Capabilities implements Datapath: the userspace copy takes no optional
+// step.
+func (u *UserPath) Capabilities() Capabilities { return Capabilities{Userspace: u} }
+
 // Counts returns the bytes relayed in userspace per replica so far.
 func (u *UserPath) Counts() map[ReplicaKey]ByteCounts {
 	u.mu.Lock()

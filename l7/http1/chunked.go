@@ -2,8 +2,8 @@ package http1
 
 import "errors"
 
-// maxLine bounds a chunk-size or trailer line.
-const maxLine = 4096
+// MaxChunkLine bounds a chunk-size or trailer line.
+const MaxChunkLine = 4096
 
 var ErrBadChunk = errors.New("l7: malformed chunked body")
 
@@ -31,7 +31,7 @@ const (
 )
 
 // Bounds on a chunked body's framing. A line (a size line with its
-// extensions, or a trailer line) is at most maxLine bytes with its CRLF; the
+// extensions, or a trailer line) is at most MaxChunkLine bytes with its CRLF; the
 // last-chunk line and the trailers after it at most MaxHeadBytes together.
 const maxChunkDigits = 15
 
@@ -122,7 +122,7 @@ func (p *ChunkedBody) step(c byte) stepResult {
 		return stepError
 	}
 	p.Line++
-	if p.Line > maxLine {
+	if p.Line > MaxChunkLine {
 		return p.fail()
 	}
 	if p.Phase >= ChunkTrailer {

@@ -53,8 +53,8 @@ func TestChunkedBodyRefusesWhatTwoParsersCouldReadDifferently(t *testing.T) {
 		"5\r\nhelloX\r\n", "5\r\nhello\n0\r\n\r\n",
 		"0\r\n\n", "0\r\nX-A: 1\n\r\n", "0\r\n folded\r\n\r\n", "0\r\nno colon\r\n\r\n",
 		"0\r\nX-A: a\rb\r\n\r\n", "0\r\nX A: 1\r\n\r\n", "0\r\n: v\r\n\r\n",
-		"5;" + strings.Repeat("e", maxLine) + "\r\n",
-		"0\r\nX: " + strings.Repeat("v", maxLine) + "\r\n\r\n",
+		"5;" + strings.Repeat("e", MaxChunkLine) + "\r\n",
+		"0\r\nX: " + strings.Repeat("v", MaxChunkLine) + "\r\n\r\n",
 		"0\r\n" + strings.Repeat("X-Long: "+strings.Repeat("v", 1000)+"\r\n", MaxHeadBytes/1000) + "\r\n",
 	} {
 		for i := 0; i <= len(body); i++ {
