@@ -27,10 +27,12 @@ var referenceRows = []referenceRow{
 // The cells the simulator does not reproduce, each for the physical reason
 // docs/sim.md gives ("What the simulator does not reproduce, and why"):
 // the reference's output at 32 sessions is more than the cards' peaks allow
-// at its hit rate, its pinned arm placed four sessions on fewer than four
-// replicas, and its balancer spread the overload more unevenly than vLLM's
-// round robin per API server does (the off arm's tail, and with it its
-// median at 24).
+// at its hit rate (and 1.84x its own 24-session output off, more than two
+// 1.3x bands span), its pinned arm placed four sessions on fewer than four
+// replicas, and its off arm's queues were as uneven within 3 minutes as
+// the simulator's round robin per API server, neutral at saturation, makes
+// them only after 6-10 minutes (the off arm's tail, and with it its median
+// at 24).
 var referenceMisses = map[string]bool{
 	"32 off tok/min": true, "32 on tok/min": true,
 	"4 on busy":  true,
