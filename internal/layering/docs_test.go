@@ -2,7 +2,6 @@ package layering
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,14 +12,8 @@ import (
 // skipping generated and binary ones.
 func trackedText(t *testing.T, root string) []string {
 	t.Helper()
-	cmd := exec.Command("git", "ls-files")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Skipf("git ls-files: %v (not a git checkout)", err)
-	}
 	var files []string
-	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, f := range gitFiles(t, root) {
 		switch filepath.Ext(f) {
 		case ".go", ".md", ".c", ".h", ".sh", ".yaml", ".js", ".html", ".css", ".service", "":
 			if !strings.HasPrefix(f, "l7/http1/testdata/") && !strings.Contains(f, "node_modules") {
