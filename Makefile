@@ -48,8 +48,15 @@ check:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 
+# The multi-host goal (three hosts' hit rate within 2 points of one host's)
+# is a measurement: it runs alone after the suite, because with every
+# package's tests on the same cores one of its 3-host runs can lose a third
+# of its hits (seen in make test, not in a run of its own; cause open:
+# docs/multihost.md).
+MULTIHOST_GOAL = TestMultiHostGoals$$
 test: deps check
-	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(PKGS)
+	$(GO) test -count=1 -timeout $(TESTTIMEOUT) -skip '$(MULTIHOST_GOAL)' $(PKGS)
+	$(GO) test -count=1 -timeout $(TESTTIMEOUT) -run '$(MULTIHOST_GOAL)' ./cmd/lmwarden/
 
 # soak is the fault suite's long version (docs/reliability.md): 10,000
 # connections with abandoned streams on every datapath, 20,000 idle
