@@ -2,6 +2,8 @@ package kernel
 
 import (
 	"bufio"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -61,6 +63,11 @@ var defineRE = regexp.MustCompile(`^#define\s+(\w+)\s+(\S+)`)
 // (include guards, which have no value, are left out).
 func cDefines(t *testing.T) map[string]uint64 {
 	t.Helper()
+	if _, err := os.Stat("../bpf"); errors.Is(err, fs.ErrNotExist) {
+		// make kernels runs this package's test binary in a VM that holds
+		// the binary, not the source tree; make test checks the headers.
+		t.Skip("no bpf/ sources beside the test binary (a VM of make kernels)")
+	}
 	files, err := filepath.Glob("../bpf/*.h")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no headers in ../bpf: %v", err)
