@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"os"
@@ -90,27 +89,9 @@ func soak() bool { return os.Getenv("LMWARDEN_SOAK") == "1" }
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    *logBuffer
+	out    *testutil.Buffer
 	exited chan struct{}
 	err    error // valid once exited is closed
-}
-
-// logBuffer collects a process's output; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startProc runs the lmwarden binary with args; the test's cleanup kills it
@@ -123,7 +104,7 @@ func startProc(tb testing.TB, name string, args ...string) *proc {
 
 func startCmd(tb testing.TB, name string, cmd *exec.Cmd) *proc {
 	tb.Helper()
-	p := &proc{name: name, cmd: cmd, out: &logBuffer{}, exited: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, out: &testutil.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	// A child the process left behind (flock's sleep) may hold its output
 	// open: Wait stops copying it a second after the process exits.

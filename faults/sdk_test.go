@@ -74,7 +74,7 @@ func cutUnderSDK(t *testing.T, node, api string, rep *proc) sdkOutcome {
 	t.Helper()
 	cmd := exec.Command(node, "warden_cut.mjs", "http://"+frontend, api)
 	cmd.Dir = clientsDir
-	var stderr logBuffer
+	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,11 +1,9 @@
 package l7
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,10 @@ import (
 	"github.com/lmwarden/lmwarden/sim"
 )
 
-// lockedBuffer is a log sink the shim's goroutines and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines decodes the JSON lines written so far.
-func (l *lockedBuffer) lines(tb testing.TB) ([]map[string]any, string) {
+// logLines decodes the JSON lines written to buf so far.
+func logLines(tb testing.TB, buf *testutil.Buffer) ([]map[string]any, string) {
 	tb.Helper()
-	l.mu.Lock()
-	text := l.b.String()
-	l.mu.Unlock()
+	text := buf.String()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		if line == "" {
@@ -56,7 +40,7 @@ func TestAccessLogWritesOneLinePerRequest(t *testing.T) {
 	mc.AgentHeaders = config.DefaultAgentHeaders
 	mc.BodyKey = true
 	m := mustModel(t, mc)
-	var buf lockedBuffer
+	var buf testutil.Buffer
 	access := slog.New(slog.NewJSONHandler(&buf, nil))
 	_, addr := mustShim(t, m, Options{AccessLog: access})
 
@@ -80,7 +64,7 @@ func TestAccessLogWritesOneLinePerRequest(t *testing.T) {
 		t.Fatalf("no healthy replica: %s", resp.Status)
 	}
 	testutil.Eventually(t, 10*time.Second, "four access lines", func() bool {
-		lines, _ := buf.lines(t)
+		lines, _ := logLines(t, &buf)
 		return len(lines) >= 4
 	})
 	bad := mustDial(t, addr)
@@ -92,7 +76,7 @@ func TestAccessLogWritesOneLinePerRequest(t *testing.T) {
 	var lines []map[string]any
 	var text string
 	testutil.Eventually(t, 10*time.Second, "five access lines", func() bool {
-		lines, text = buf.lines(t)
+		lines, text = logLines(t, &buf)
 		return len(lines) >= 5
 	})
 	if len(lines) != 5 {
@@ -144,7 +128,7 @@ func TestAccessLogWritesOneLinePerRequest(t *testing.T) {
 func TestAccessLogIsOffWithoutALogger(t *testing.T) {
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))
-	var buf lockedBuffer
+	var buf testutil.Buffer
 	_, addr := mustShim(t, m, Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	c := mustDial(t, addr)
 	c.send(t, messagesRequest("s", []string{"hello"}, ""))
@@ -153,7 +137,7 @@ func TestAccessLogIsOffWithoutALogger(t *testing.T) {
 	}
 	c.Close()
 	waitInFlight(t, m)
-	if _, text := buf.lines(t); strings.Contains(text, `"msg":"access"`) {
+	if _, text := logLines(t, &buf); strings.Contains(text, `"msg":"access"`) {
 		t.Errorf("access line without an access logger:\n%s", text)
 	}
 }
