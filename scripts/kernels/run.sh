@@ -269,13 +269,30 @@ initramfs() {
 # guests here); Debian's QEMU 7.2 needs la57 and cx16 off for them. The
 # serial console is the only output.
 boot() {
-	local x=$1 img=$2 log=$3 vmlinuz
+	local x=$1 img=$2 log=$3 vmlinuz rc=0
 	vmlinuz=$(ls "$x"/boot/vmlinuz-* "$x"/usr/lib/modules/*/vmlinuz 2>/dev/null | head -1 || true)
+	if [ -z "$vmlinuz" ]; then
+		echo "kernels: no vmlinuz under $x (the package's layout changed?)" >"$log.qemu"
+		: >"$log"
+		return
+	fi
 	timeout --foreground -k 10 "$VMTIMEOUT" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi \
 		-cpu max,-la57,-cx16 -smp "$SMP" -m "$MEM" -nographic -no-reboot \
 		-kernel "$vmlinuz" -initrd "$img" -nic none \
 		-append "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off" \
-		-serial "file:$log" -monitor none -display none </dev/null >/dev/null 2>&1 || true
+		-serial "file:$log" -monitor none -display none </dev/null >"$log.qemu" 2>&1 || rc=$?
+	echo "qemu exit status $rc" >>"$log.qemu"
+}
+
+# unfinished RUN ABI: say why a VM did not finish where CI's log shows
+# it: QEMU's own output and the end of the console (a panic, say).
+unfinished() {
+	local run=$1 abi=$2
+	grep -q '^LMW-END' "$run/console.txt" && return
+	echo "kernels: $abi: the VM did not finish; QEMU said:"
+	sed "s/^/kernels: $abi:   /" "$run/console.log.qemu" 2>/dev/null || true
+	echo "kernels: $abi: the console's last lines:"
+	tail -25 "$run/console.txt" | sed "s/^/kernels: $abi:   /"
 }
 
 rows=()
@@ -290,10 +307,20 @@ for pkg in "${pkgs[@]}"; do
 	initramfs "$x" "$run/initramfs.cpio"
 	t0=$(date +%s)
 	boot "$x" "$run/initramfs.cpio" "$run/console.log"
+	tr -d '\r' <"$run/console.log" >"$run/console.txt"
+	# A VM that never reached its tests (no LMW-RUN line: QEMU or the
+	# boot failed, as once in CI after 7 s with no trace kept) boots
+	# once more; a test that ran and failed is never run again.
+	if ! grep -q '^LMW-RUN' "$run/console.txt"; then
+		unfinished "$run" "$abi"
+		echo "kernels: $abi: the VM never reached its tests; booting it once more"
+		boot "$x" "$run/initramfs.cpio" "$run/console.log"
+		tr -d '\r' <"$run/console.log" >"$run/console.txt"
+	fi
 	secs=$(($(date +%s) - t0))
 	echo "$secs" >"$run/secs"
 	rm -f "$run/initramfs.cpio"
-	tr -d '\r' <"$run/console.log" >"$run/console.txt"
+	unfinished "$run" "$abi"
 	r=$(row "$abi" "$secs")
 	rows+=("$r")
 	failed=$((failed + $(echo "$r" | awk -F'|' '{print $7 + 0}')))
