@@ -154,6 +154,14 @@ int lmw_verdict(struct __sk_buff *skb)
 		}
 	}
 
+	/* A segment of no bytes is a bare FIN (a client that half-closed after
+	 * its request, a replica that closed). Never redirect it: the psock
+	 * worker's send of nothing returns 0, which sk_psock_backlog reports as
+	 * EPIPE on the target, breaking a socket whose answer is still to come.
+	 * Passed, the shim reads it as the end of that side's stream. */
+	if (len == 0)
+		return SK_PASS;
+
 	if (ctl->mode == SOCK_REQUEST) {
 		__u64 arm = ctl->arm_at;
 

@@ -44,10 +44,18 @@ func (k *SkbPath) RelayResponseBody(x *datapath.Exchange) error {
 		return k.relayResponseUser(x, fr, reusable, uc)
 	}
 	cc, err := k.join(x.Client, slot)
-	if err != nil {
-		return err
+	var u *upstreamState
+	if err == nil {
+		u, err = k.joinUpstream(x.Upstream, slot)
 	}
-	u, err := k.joinUpstream(x.Upstream, slot)
+	if errors.Is(err, errNotJoinable) {
+		// A side closed its sending half before its socket could join
+		// (only established sockets may): most often a replica that
+		// answered and closed, whose socket left the SOCKHASH at its
+		// FIN and was forgotten by the sweep meanwhile. Its bytes are
+		// still in its socket: relay them here, and pool nothing.
+		return k.relayResponseUser(x, fr, false, uc)
+	}
 	if err != nil {
 		return err
 	}

@@ -879,9 +879,6 @@ func TestClientLeavingAfterTheWholeStreamWasSentIsCounted(t *testing.T) {
 }
 
 func TestHalfClosedClientsStillGetTheirAnswer(t *testing.T) {
-	if defaultDatapath().Name() == "skb" {
-		t.Skip(`sk_skb carries a half-closed client's FIN to the replica and breaks the upstream socket: docs/kernel.md, "What skb loses"`)
-	}
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))
 	_, addr := mustShim(t, m, Options{})
