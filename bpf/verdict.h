@@ -2,9 +2,11 @@
 /*
  * verdict.h: lmw_verdict, the sk_skb stream verdict of the sk_skb
  * datapath (the fallback where sk_msg cannot run). Both sockets of an
- * exchange sit in lmw_socks: it carries a request body from the client
- * socket to the upstream one, and a response body back, following the
- * body's framing (frame.h) to tell the shim where it ends.
+ * exchange sit in lmw_socks: it carries a response body from the upstream
+ * socket to the client one, following the body's framing (frame.h) to
+ * tell the shim where it ends. Its SOCK_REQUEST arm (a request body the
+ * other way) is one the shim no longer sets: relayed in userspace, the
+ * body does not queue behind the psock worker (docs/kernel.md).
  */
 #ifndef LMW_VERDICT_H
 #define LMW_VERDICT_H

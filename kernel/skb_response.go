@@ -404,16 +404,17 @@ func (k *SkbPath) finishTail(x *datapath.Exchange, cc, w0, carried uint64, tail 
 }
 
 // detachClient takes the client out of the SOCKHASH when the verdict has
-// seen nothing from it past its request (so nothing passed sits unread in
-// the psock, which leaving would free). Otherwise (pipelined bytes, a
-// chunked request) it stays in, in pass mode, as before.
+// seen nothing from it since it joined, after its request (so nothing
+// passed sits unread in the psock, which leaving would free). Otherwise
+// (pipelined bytes) it stays in, in pass mode, and its next head is read
+// through the verdict.
 func (k *SkbPath) detachClient(x *datapath.Exchange, cc uint64) error {
 	if len(x.Client.Pending) > 0 {
 		return nil
 	}
 	ctl := k.st.Ctl(cc)
 	st, err := k.st.SocketState(cc)
-	if err != nil || ctl.Mode != maps.ModeRequest || st.Gen != ctl.Gen || st.Seen != ctl.BodyEnd {
+	if err != nil || ctl.Mode != maps.ModePass || st.Seen != 0 {
 		return nil
 	}
 	// The shim's client watch (forward.go) is reading this socket: a read

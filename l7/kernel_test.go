@@ -89,8 +89,10 @@ func checkedRequest(t *testing.T, c *l7.Client, session string, i, events int) {
 // carries every response byte in the kernel but each response's last,
 // which it passes to the shim (CTL_TAIL_PASS: the shim relays it, and so
 // knows the response ended before the client does); the request bodies
-// cross userspace. sk_skb carries request bodies too, but passes the
-// segment holding each response's end to the shim.
+// cross userspace. sk_skb carries the response too, but passes the
+// segment holding each response's end to the shim (here about 340 bytes
+// of each 5 KB response: its last event and the chunked end), and its
+// request bodies cross userspace as sk_msg's do.
 func checkShare(t *testing.T, p *kernel.Path) {
 	t.Helper()
 	counts := kernelCounts(p)
@@ -105,8 +107,12 @@ func checkShare(t *testing.T, p *kernel.Path) {
 		}
 		return
 	}
-	if share := float64(user) / float64(kern+user); share >= 0.05 {
-		t.Errorf("userspace carried %.1f%% of the bytes, want under 5%%", 100*share)
+	var down uint64
+	for _, c := range counts {
+		down += c.PassedBytes + c.UserDown
+	}
+	if share := float64(down) / float64(kern+down); share >= 0.1 {
+		t.Errorf("userspace carried %.1f%% of the response bytes, want under 10%%", 100*share)
 	}
 }
 
