@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -79,10 +80,28 @@ func InNetNS(t testing.TB) bool {
 	if err != nil {
 		t.Fatalf("test in netns: %v", err)
 	}
-	if bytes.Contains(out.Bytes(), []byte("--- SKIP")) {
-		t.Skip("skipped inside the netns")
+	if why, skipped := skippedInside(out.String(), t.Name()); skipped {
+		t.Skipf("skipped inside the netns: %s", why)
 	}
 	return false
+}
+
+// skippedInside reports whether the test name itself (not only some of
+// its subtests) skipped in the child's -test.v output, and why: the lines
+// it logged just before its SKIP line.
+func skippedInside(out, name string) (why string, skipped bool) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: "+name+" (") {
+			continue
+		}
+		var logged []string
+		for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "    ") && len(logged) < 5; j-- {
+			logged = append([]string{strings.TrimSpace(lines[j])}, logged...)
+		}
+		return strings.Join(logged, "; "), true
+	}
+	return "", false
 }
 
 // Inside reports whether this process is a test binary that InNetNS
