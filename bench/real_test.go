@@ -76,7 +76,9 @@ func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
 	s := mustSim(t, 1, sim.ShapePorts, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
 		Target: "http://" + testnet.RefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
-		ReplicaMetrics: s.URLs(), Steps: Sessions(2), Duration: 20 * time.Second,
+		// Two simulated minutes (1.2 s of wall time): in 20 s (0.2 s)
+		// a loaded machine's run once made no attempt at all.
+		ReplicaMetrics: s.URLs(), Steps: Sessions(2), Duration: 2 * time.Minute,
 		Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 	})
 	if err != nil {
