@@ -54,7 +54,7 @@ func skipWhereMsgIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if errors.Is(err, kernel.ErrUnpaired) {
-		t.Skipf("%v (docs/kernel.md, \"Kernels tested\")", err)
+		t.Skipf("msg refused by its self-test here: %v (docs/kernel.md, \"Kernels tested\")", kernel.ErrUnpaired)
 	} else if err != nil {
 		t.Fatal(err)
 	}

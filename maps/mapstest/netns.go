@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,20 +89,27 @@ func InNetNS(t testing.TB) bool {
 
 // skippedInside reports whether the test name itself (not only some of
 // its subtests) skipped in the child's -test.v output, and why: the lines
-// it logged just before its SKIP line.
+// it logged after its RUN line (a subtest's SKIP line comes after its
+// parent's result, not after what it logged).
 func skippedInside(out, name string) (why string, skipped bool) {
 	lines := strings.Split(out, "\n")
-	for i, l := range lines {
-		if !strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: "+name+" (") {
-			continue
-		}
-		var logged []string
-		for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "    ") && len(logged) < 5; j-- {
-			logged = append([]string{strings.TrimSpace(lines[j])}, logged...)
-		}
-		return strings.Join(logged, "; "), true
+	skip := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: "+name+" (") })
+	if skip < 0 {
+		return "", false
 	}
-	return "", false
+	var logged []string
+	if run := slices.Index(lines, "=== RUN   "+name); run >= 0 {
+		for _, l := range lines[run+1 : skip] {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") || len(logged) == 5 {
+				break
+			}
+			if l != "" {
+				logged = append(logged, l)
+			}
+		}
+	}
+	return strings.Join(logged, "; "), true
 }
 
 // Inside reports whether this process is a test binary that InNetNS
