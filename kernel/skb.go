@@ -271,6 +271,11 @@ func readNow(c *net.TCPConn, buf []byte) (int, error) {
 // head only once it had seen the whole body land: at 32 streams that wait
 // was 3.4 ms p50 and 14 ms p90 of each keep-alive request, with the
 // replica's answer already waiting (docs/kernel.md, "Performance").
+//
+// Both sockets join the SOCKHASH after the body: a new upstream socket
+// stays plain until then, so a replica that answers before it read the
+// whole body and resets the connection leaves its answer readable there
+// (a socket in the SOCKHASH loses what its psock holds as it closes).
 func (k *SkbPath) RelayRequestBody(x *datapath.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
@@ -278,18 +283,6 @@ func (k *SkbPath) RelayRequestBody(x *datapath.Exchange) error {
 	}
 	cc, err := maps.Cookie(x.Client.TCPConn)
 	if err != nil {
-		return err
-	}
-	// The upstream joins now, before its response head arrives. Only
-	// established sockets may join a sockmap: a client that already
-	// half-closed (or an upstream that closed) cannot join for the
-	// response, which then crosses userspace too.
-	err = errNotJoinable
-	if k.st.SocketInMap(cc) || established(x.Client.TCPConn) {
-		_, err = k.joinUpstream(x.Upstream, slot)
-	}
-	user := errors.Is(err, errNotJoinable)
-	if err != nil && !user {
 		return err
 	}
 	// A head the shim only peeked is still in the socket: read it first,
@@ -303,23 +296,31 @@ func (k *SkbPath) RelayRequestBody(x *datapath.Exchange) error {
 	if err := k.relayRequestUser(x, uc); err != nil {
 		return err
 	}
-	if !user {
-		// The client joins (pass mode) now that the shim has its body,
-		// and before the shim's client watch starts reading it: joined
-		// later, while that read waited, it never got the carried
-		// response (the self-test's stream: 0 bytes, measured on 6.18).
-		_, err = k.join(x.Client, slot)
-		user = errors.Is(err, errNotJoinable) // it half-closed meanwhile
-		if err != nil && !user {
-			return err
+	// Only established sockets may join a sockmap: with a client that
+	// half-closed, or an upstream that closed, the response crosses
+	// userspace too. The client joins before the shim's client watch
+	// starts reading it: joined later, while that read waited, it never
+	// got the carried response (the self-test's stream: 0 bytes, 6.18).
+	err = errNotJoinable
+	if k.st.SocketInMap(cc) || established(x.Client.TCPConn) {
+		if _, err = k.joinUpstream(x.Upstream, slot); err == nil {
+			_, err = k.join(x.Client, slot)
 		}
 	}
-	if user {
+	if errors.Is(err, errNotJoinable) {
 		k.mu.Lock()
 		k.userX[x] = true
 		k.mu.Unlock()
+		return nil
 	}
-	return nil
+	return err
+}
+
+// PlainUpstream implements datapath.EarlyAnswerReader: an upstream socket
+// is plain until it first joins the SOCKHASH (after a request body), and
+// a pooled one stays in.
+func (k *SkbPath) PlainUpstream(x *datapath.Exchange) bool {
+	return k.upstream(x.Upstream) == nil
 }
 
 // readExactly consumes n bytes the shim already peeked.
@@ -345,13 +346,14 @@ func relayChunked(dst, src *datapath.Conn, idle time.Duration) (int64, error) {
 // leave a head in the socket ahead of the body, and says where a cut
 // response stands.
 func (k *SkbPath) Capabilities() datapath.Capabilities {
-	return datapath.Capabilities{HeadReader: k, HeadWaiter: k, Queued: k, Cutter: k}
+	return datapath.Capabilities{HeadReader: k, HeadWaiter: k, Queued: k, Cutter: k, EarlyReader: k}
 }
 
 var (
-	_ datapath.Datapath       = (*SkbPath)(nil)
-	_ datapath.HeadReader     = (*SkbPath)(nil)
-	_ datapath.HeadWaiter     = (*SkbPath)(nil)
-	_ datapath.QueuedRequest  = (*SkbPath)(nil)
-	_ datapath.ResponseCutter = (*SkbPath)(nil)
+	_ datapath.Datapath          = (*SkbPath)(nil)
+	_ datapath.HeadReader        = (*SkbPath)(nil)
+	_ datapath.HeadWaiter        = (*SkbPath)(nil)
+	_ datapath.QueuedRequest     = (*SkbPath)(nil)
+	_ datapath.ResponseCutter    = (*SkbPath)(nil)
+	_ datapath.EarlyAnswerReader = (*SkbPath)(nil)
 )
