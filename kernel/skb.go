@@ -116,10 +116,13 @@ func (k *SkbPath) join(c *datapath.Conn, slot uint32) (uint64, error) {
 		return cookie, nil
 	}
 	q, err := drainQueued(c.TCPConn)
-	if err != nil {
-		return 0, err
-	}
 	c.Pending = append(c.Pending, q...)
+	if err != nil {
+		// Reset (a replica that answered early and died): it cannot
+		// join; the shim's own relay forwards what it holds and then
+		// meets the error itself.
+		return 0, fmt.Errorf("%w: %w", errNotJoinable, err)
+	}
 	if err := k.st.Arm(cookie, maps.SockCtl{Mode: maps.ModePass, Replica: slot}); err != nil {
 		return 0, err
 	}
