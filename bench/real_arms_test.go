@@ -54,7 +54,10 @@ func TestRealRunSwitchesPolicyArmsAndRestoresTheWarden(t *testing.T) {
 	front, w := mustWardenFront(t, s.URLs(), false)
 	rep, err := RunReal(context.Background(), RealConfig{
 		Target: front, API: APIAnthropic, Admin: "http://" + w.AdminAddr(), AdminToken: w.AdminToken(), Steps: Sessions(2),
-		Duration: 30 * time.Second, Arms: mustArms(t, "hash,on"), Seed: 3, Speed: 100,
+		// Two simulated minutes an arm (1.2 s of wall time): at 30 s
+		// (0.3 s) a loaded machine could end an arm before its first
+		// answer, and the run counted no request there.
+		Duration: 2 * time.Minute, Arms: mustArms(t, "hash,on"), Seed: 3, Speed: 100,
 	})
 	if err != nil {
 		t.Fatal(err)

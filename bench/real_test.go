@@ -76,7 +76,9 @@ func TestRealRunCountsRefusedConnectionsAsErrors(t *testing.T) {
 	s := mustSim(t, 1, sim.ShapePorts, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
 		Target: "http://" + testnet.RefusingAddr(t), API: APIAnthropic, Model: "qwen3-4b",
-		ReplicaMetrics: s.URLs(), Steps: Sessions(2), Duration: 20 * time.Second,
+		// Two simulated minutes (1.2 s of wall time): in 20 s (0.2 s)
+		// a loaded machine's run once made no attempt at all.
+		ReplicaMetrics: s.URLs(), Steps: Sessions(2), Duration: 2 * time.Minute,
 		Arms: mustArms(t, "on"), Seed: 1, Speed: 100,
 	})
 	if err != nil {
@@ -113,8 +115,15 @@ func TestRealRunPlaysLongSessionsArrivingAtARate(t *testing.T) {
 	s := mustSim(t, 2, sim.ShapePorts, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
 		Target: s.URLs()[0], API: APIOpenAI, ReplicaMetrics: s.URLs(),
-		Steps: []Step{{Arrivals: ArrivalsPoisson, PerMin: 4}}, Duration: 5 * time.Minute, Warmup: time.Minute,
+		Steps: []Step{{Arrivals: ArrivalsPoisson, PerMin: 4}}, Duration: 10 * time.Minute, Warmup: time.Minute,
 		Arms: mustArms(t, "on"), Seed: 4, Speed: 100, Workload: LongShape, MaxContext: 16_384,
+		// The simulated replicas run on wall time (Speed 100): on a loaded
+		// machine they get through fewer requests. 5 simulated minutes
+		// saw 2 compactions alone and 1 beside other tests, 0 a step
+		// away from failing; 10 give twice the margin. A request may
+		// take 30 simulated minutes (18 s), not 5 (3 s), before it
+		// counts as timed out.
+		RequestTimeout: 30 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -229,7 +229,10 @@ func TestStreamTurnSendsTheConversationsHeaders(t *testing.T) {
 func TestRealClaudeCodeAgainstASimulatedReplica(t *testing.T) {
 	s := mustH200Sim(t, 100)
 	rep, err := RunReal(context.Background(), RealConfig{
-		Target: s.URLs()[0], API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: Sessions(3), Duration: 5 * time.Minute,
+		// 10 simulated minutes (6 s of wall time): the replica runs on
+		// wall time, and at 5 a loaded machine could end the window
+		// before the early group of subagents began (share 0).
+		Target: s.URLs()[0], API: APIAnthropic, ReplicaMetrics: s.URLs(), Steps: Sessions(3), Duration: 10 * time.Minute,
 		Arms: mustArms(t, "on"), Seed: seedWithEarlyGroup(t), Speed: 100, Workload: ClaudeCodeShape,
 		RequestTimeout: time.Hour, // a loaded machine falls behind the replica's speed on bodies of 100K tokens
 	})

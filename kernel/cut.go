@@ -40,6 +40,9 @@ func (k *MsgPath) CutResponse(x *datapath.Exchange) (datapath.CutState, bool) {
 		return datapath.CutState{}, false // the kernel carried nothing of it: the shim's state holds
 	}
 	cs := datapath.CutState{Began: st.HeadLen > 0 && st.Redirected >= st.HeadLen, Chunked: st.HeadFlags&maps.HeadChunked != 0}
+	if cs.Began {
+		cs.Status = int(st.Status)
+	}
 	if st.HaltGen != st.Gen && st.DoneGen != st.Gen { // else the shim went on in userspace from the kernel's halt
 		cs.AtBoundary = cs.Chunked && chunkBoundary(st.Fr)
 	}

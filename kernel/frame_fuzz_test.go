@@ -103,6 +103,7 @@ func newFrameWalker(tb testing.TB) *frameWalker {
 		p.Close()
 		maps.Unload(maps.Options{Dir: dir})
 	})
+	skipUnpaired(tb, p)
 	replica := testnet.Listen(tb, "127.0.0.1:0")
 	us, release, err := p.Upstreams.DialTCP(context.Background(), replica.Addr().String())
 	if err != nil {

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -22,4 +23,16 @@ func acceptedBy(tb testing.TB, c *net.TCPConn, lns ...*net.TCPListener) int {
 		}
 	}
 	return -1
+}
+
+// skipUnpaired skips a test of the msg datapath, saying why, on a kernel
+// that does not pair the warden's connections (msg's self-test refuses it
+// there: ProbePairing); another failure of the probe fails the test.
+func skipUnpaired(tb testing.TB, p *Path) {
+	tb.Helper()
+	if err := p.ProbePairing(); errors.Is(err, ErrUnpaired) {
+		tb.Skipf("msg on this kernel: %v; its self-test refuses it (docs/kernel.md, \"Kernels tested\")", err)
+	} else if err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -67,13 +67,15 @@ func (s *Shim) endAccess(c *datapath.Conn, a *accessRecord) {
 		replica, kind = a.p.Replica, a.p.Kind.String()
 	}
 	if x := a.x; x != nil {
-		if status == 0 && x.Response != nil {
-			status = x.Response.Status
+		if status == 0 {
+			status = x.statusGot()
 		}
 		if !x.firstAt.IsZero() {
 			ttfb = x.firstAt.Sub(a.start)
 		} else if !x.headAt.IsZero() {
 			ttfb = x.headAt.Sub(a.start)
+		} else if !x.FirstByteAt.IsZero() {
+			ttfb = x.FirstByteAt.Sub(a.start) // a head the kernel carried
 		}
 		parked, up, down = x.parked, x.BodyBytesUp, x.BodyBytesDown
 	}
@@ -104,6 +106,22 @@ func (s *Shim) endAccess(c *datapath.Conn, a *accessRecord) {
 		slog.Int64("bytes_in", up),
 		slog.Int64("bytes_out", down),
 	)
+}
+
+// statusGot is the status of the replica's response the client got (0:
+// none): the head the shim relayed, or one a kernel datapath carried
+// before the exchange failed (the shim never read that one).
+func (x *exchange) statusGot() int {
+	switch {
+	case x.Response != nil:
+		return x.Response.Status
+	case x.carriedStatus != 0:
+		return x.carriedStatus
+	}
+	if cs, known := x.recordedCut(); known && cs.Began {
+		return cs.Status
+	}
+	return 0
 }
 
 // accessBadHead writes the line of a head the shim refused before any

@@ -36,6 +36,10 @@ type exchange struct {
 	// headCarried: the kernel carried the response head to the client as
 	// the replica wrote it (the shim added nothing to it).
 	headCarried bool
+	// carriedStatus: the status of a response head the kernel carried to
+	// the client before the exchange failed (0: none), which the access
+	// log writes: the shim never read that head.
+	carriedStatus int
 	// keepAliveSent: the head the shim wrote let the client keep its
 	// connection (no Connection: close). A drain that begins while the
 	// body is relayed does not take that back: the client may already be

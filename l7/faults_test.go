@@ -267,7 +267,11 @@ func TestPinFromAnUntrustedClientIsIgnored(t *testing.T) {
 func TestDrainAnswersARequestThatArrivesAsItBegins(t *testing.T) {
 	sv := mustSim(t, 1, "ports")
 	m := mustModel(t, modelConfig(sv.URLs()...))
-	s, addr := mustShim(t, m, Options{DrainGrace: 500 * time.Millisecond})
+	// The grace is the time the test has to send its request after it
+	// saw the drain begin: 2 s, so that a loaded machine's scheduling
+	// does not make the request late (at 500 ms it flaked under load).
+	const grace = 2 * time.Second
+	s, addr := mustShim(t, m, Options{DrainGrace: grace})
 	busy, idle := mustDial(t, addr), mustDial(t, addr)
 	for _, c := range []*client{busy, idle} {
 		c.send(t, messagesRequest("d", []string{"hi"}, ""))
@@ -284,9 +288,9 @@ func TestDrainAnswersARequestThatArrivesAsItBegins(t *testing.T) {
 		t.Errorf("the request sent as the drain began: %s close=%v, want 200 with Connection: close", resp.Status, resp.Close)
 	}
 	start := time.Now()
-	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = idle.SetReadDeadline(time.Now().Add(grace + 5*time.Second))
 	_, err := idle.r.ReadByte()
-	if err != io.EOF || time.Since(start) > 3*time.Second {
+	if err != io.EOF || time.Since(start) > grace+2*time.Second {
 		t.Errorf("the idle connection: %v after %v, want a clean EOF within the grace", err, time.Since(start))
 	}
 	if err := <-closed; err != nil {

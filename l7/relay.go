@@ -184,6 +184,9 @@ func (r *relayRun) relayResponse() (int, error) {
 		}
 		if carried {
 			x.responseBegan = true
+			if resp != nil {
+				x.carriedStatus = resp.Status
+			}
 			return 0, err // the client has part of the response
 		}
 		if errors.Is(err, http1.ErrHeadTimeout) {

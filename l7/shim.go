@@ -297,8 +297,11 @@ func (s *Shim) serveConn(c *datapath.Conn) {
 			if !s.setBusy(c) {
 				return // shed to make room at a connection bound
 			}
-			if err != nil && !(!drain.IsZero() && isTimeout(err) && readable(c)) {
-				if !drain.IsZero() && isTimeout(err) {
+			// A connection idle before the drain began had its deadline
+			// moved by Close, not by setIdle: closing says so.
+			draining := !drain.IsZero() || s.closing.Load()
+			if err != nil && !(draining && isTimeout(err) && readable(c)) {
+				if draining && isTimeout(err) {
 					lingerClose(c) // the drain: closed cleanly, nothing was sent
 				}
 				return // closed by the client, idle timeout, or shutdown

@@ -105,6 +105,9 @@ func selfTestReplica() http.Handler {
 // selfTest runs the self-test over the kernel datapath p; the error says
 // which step failed and how.
 func selfTest(p *kernel.Path) (selfTestProof, error) {
+	if err := p.ProbePairing(); err != nil {
+		return selfTestProof{}, fmt.Errorf("self-test: %w", err) // msg on a kernel that carries none of it
+	}
 	upLn, err := l7.Listen("127.0.0.1:0")
 	if err != nil {
 		return selfTestProof{}, err

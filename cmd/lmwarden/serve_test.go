@@ -128,7 +128,9 @@ func mustServe(tb testing.TB, args ...string) *servedWarden {
 	})
 	select {
 	case <-ready:
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second):
+		// 60 s: in make kernels' VMs, under emulation on a loaded host,
+		// loading a kernel datapath and its self-test took over 20.
 		tb.Fatalf("lmwarden serve did not start:\n%s", w.logText())
 	}
 	return w

@@ -15,4 +15,8 @@ type CutState struct {
 	Began      bool // the response head reached it
 	Chunked    bool // the body is chunked
 	AtBoundary bool // the bytes it got end between two chunks
+	// Status is the response's status as the kernel parsed the head it
+	// carried (0: the shim read the head itself, or it is not known): the
+	// status the client got, for the access log.
+	Status int
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -79,10 +81,35 @@ func InNetNS(t testing.TB) bool {
 	if err != nil {
 		t.Fatalf("test in netns: %v", err)
 	}
-	if bytes.Contains(out.Bytes(), []byte("--- SKIP")) {
-		t.Skip("skipped inside the netns")
+	if why, skipped := skippedInside(out.String(), t.Name()); skipped {
+		t.Skipf("skipped inside the netns: %s", why)
 	}
 	return false
+}
+
+// skippedInside reports whether the test name itself (not only some of
+// its subtests) skipped in the child's -test.v output, and why: the lines
+// it logged after its RUN line (a subtest's SKIP line comes after its
+// parent's result, not after what it logged).
+func skippedInside(out, name string) (why string, skipped bool) {
+	lines := strings.Split(out, "\n")
+	skip := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "--- SKIP: "+name+" (") })
+	if skip < 0 {
+		return "", false
+	}
+	var logged []string
+	if run := slices.Index(lines, "=== RUN   "+name); run >= 0 {
+		for _, l := range lines[run+1 : skip] {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") || len(logged) == 5 {
+				break
+			}
+			if l != "" {
+				logged = append(logged, l)
+			}
+		}
+	}
+	return strings.Join(logged, "; "), true
 }
 
 // Inside reports whether this process is a test binary that InNetNS
