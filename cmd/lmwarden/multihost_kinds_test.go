@@ -40,10 +40,16 @@ func placementKinds(tb testing.TB, pk *picker.Server, hosts []*netHost) string {
 		}
 		m := mr.Models[0]
 		var waiting float64
+		var sessions []int
+		var kv, hit []string
 		for _, r := range m.Replicas {
 			waiting += r.Waiting
+			sessions = append(sessions, r.Sessions)
+			kv = append(kv, fmt.Sprintf("%.2f", r.KVUsed))
+			hit = append(hit, fmt.Sprintf("%.2f", r.PrefixHitRate))
 		}
-		fmt.Fprintf(&b, "; host %d warden: %s, in flight %d, waiting %.0f", i+1, kinds(m.Requests), m.InFlight, waiting)
+		fmt.Fprintf(&b, "; host %d warden: %s, in flight %d, waiting %.0f, sessions by replica %v, KV used %v, prefix hit %v",
+			i+1, kinds(m.Requests), m.InFlight, waiting, sessions, kv, hit)
 	}
 	return b.String()
 }
