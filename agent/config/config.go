@@ -175,33 +175,50 @@ func (mc *ModelConfig) ReplicaCount() int {
 }
 
 // SpillThreshold is a fixed number of in-flight requests, or Auto (derived
-// from what the replica can batch; see placement.go).
+// from what the replica can batch; see placement.go). Prefill (with Auto)
+// adds policy sticky's spill on the prefill queued ahead on the
+// conversation's replica (agent/placement/policy_sticky_prefill.go).
 type SpillThreshold struct {
-	Auto bool
-	N    int
+	Auto    bool
+	Prefill bool
+	N       int
 }
 
 func (s SpillThreshold) String() string {
-	if s.Auto {
+	switch {
+	case s.Prefill:
+		return "prefill"
+	case s.Auto:
 		return "auto"
 	}
 	return strconv.Itoa(s.N)
 }
 
-// UnmarshalYAML accepts an integer or the word auto.
+// ParseSpillThreshold reads a spill threshold: a number, auto or prefill.
+func ParseSpillThreshold(v string) (SpillThreshold, error) {
+	switch v {
+	case "auto":
+		return SpillThreshold{Auto: true}, nil
+	case "prefill":
+		return SpillThreshold{Auto: true, Prefill: true}, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return SpillThreshold{}, fmt.Errorf("want a number, auto or prefill, got %q", v)
+	}
+	return SpillThreshold{N: n}, nil
+}
+
+// UnmarshalYAML accepts an integer or the words auto and prefill.
 func (s *SpillThreshold) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return errors.New("want a number or auto, got a " + map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[n.Kind])
+		return errors.New("want a number, auto or prefill, got a " + map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[n.Kind])
 	}
-	if n.Value == "auto" {
-		*s = SpillThreshold{Auto: true}
-		return nil
-	}
-	v, err := strconv.Atoi(n.Value)
+	v, err := ParseSpillThreshold(n.Value)
 	if err != nil {
-		return fmt.Errorf("want a number or auto, got %q", n.Value)
+		return err
 	}
-	*s = SpillThreshold{N: v}
+	*s = v
 	return nil
 }
 

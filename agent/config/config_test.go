@@ -60,7 +60,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"models: []\n", "models: "},
 		{"models:\n- name: a\n" + good + "- name: b\n  frontend: 127.0.0.1:8001\n  replicas: [ftp://x:1]\n", "models[1].replicas[0]: "},
 		{"models:\n- name: a\n" + good + "  spill_threshold: 0\n", "models[0].spill_threshold: "},
-		{"models:\n- name: a\n" + good + "  spill_threshold: lots\n", `line 5: models[0].spill_threshold: want a number or auto, got "lots"`},
+		{"models:\n- name: a\n" + good + "  spill_threshold: lots\n", `line 5: models[0].spill_threshold: want a number, auto or prefill, got "lots"`},
 		{"models:\n- name: a\n" + good + "  policy: fastest\n", "models[0].policy: "},
 		{"models:\n- name: a\n" + good + "  session_ttl: -1s\n", "models[0].session_ttl: "},
 		{"models:\n- name: a\n" + good + "  session_headers: [\"bad header\"]\n", "models[0].session_headers[0]: "},
@@ -81,7 +81,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"models:\n- name: a\n" + good + "  admission: {fill: lots}\n", `models[0].admission.fill: want a number, got "lots"`},
 		{"models: {name: a}\n", "models: want a list, got a mapping"},
 		{"models:\n- name: a\n  frontend: [127.0.0.1:8000]\n", "models[0].frontend: want a string, got a list"},
-		{"models:\n- name: a\n" + good + "  spill_threshold: [8]\n", "models[0].spill_threshold: want a number or auto, got a list"},
+		{"models:\n- name: a\n" + good + "  spill_threshold: [8]\n", "models[0].spill_threshold: want a number, auto or prefill, got a list"},
 		{"models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001\n", "line "},
 		{"models:\n- name: a\n" + good + "  admission: {mode: park}\n", "models[0].admission.mode: "},
 		{"models:\n- name: a\n" + good + "  admission: {fill: 9}\n", "models[0].admission.fill: "},
@@ -144,7 +144,7 @@ models:
 	want := []FieldError{
 		{Path: "poll_interval", Line: 1, Msg: `want a duration such as 30s or 250ms, got "often"`},
 		{Path: "models[0].replicas[1]", Line: 5},
-		{Path: "models[0].spill_threshold", Line: 6, Msg: `want a number or auto, got "lots"`},
+		{Path: "models[0].spill_threshold", Line: 6, Msg: `want a number, auto or prefill, got "lots"`},
 		{Path: "models[0].colour", Line: 7},
 		{Path: "models[1].frontend", Line: 8, Msg: "required (or set listen)"},
 		{Path: "models[1].admission.mode", Line: 10},
@@ -324,5 +324,21 @@ func TestAccessLogDefaultsOn(t *testing.T) {
 	}
 	if _, err := ParseConfig([]byte("access_log: sometimes\n" + base)); err == nil || !strings.Contains(err.Error(), "line 1: access_log: want true or false") {
 		t.Errorf("access_log: sometimes: %v", err)
+	}
+}
+
+func TestSpillThresholdReadsANumberAutoOrPrefill(t *testing.T) {
+	for v, want := range map[string]SpillThreshold{
+		"12":      {N: 12},
+		"auto":    {Auto: true},
+		"prefill": {Auto: true, Prefill: true},
+	} {
+		c, err := ParseConfig([]byte("models:\n- name: a\n  frontend: 127.0.0.1:8000\n  replicas: [http://127.0.0.1:9001]\n  spill_threshold: " + v + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if got := c.Models[0].SpillThreshold; got != want || got.String() != v {
+			t.Errorf("spill_threshold: %s gave %+v (%s), want %+v", v, got, got, want)
+		}
 	}
 }

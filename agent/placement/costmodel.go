@@ -405,19 +405,34 @@ type costChooser interface {
 func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	now := r.Now.UnixNano()
 	m.peerSweep(now, peerSweepStep)
+	var s *peerSession
+	if h != 0 {
+		s = m.peer.sessions[h]
+	}
+	i := -1
+	if !m.oversize(r) {
+		i = c.choose(m, s, m.promptTokens(r), now)
+	}
+	if i < 0 {
+		i = m.leastLoaded(-1)
+	}
+	if s := m.book(h, i, r); s != nil && m.peer.admission.engaged {
+		m.keepWithin(i, s, now)
+	}
+	return i
+}
+
+// book records request r of session h (0: none) placed on replica i in
+// the cost model and returns its session's entry (nil: none, or its
+// prompt is larger than any cache); call with m.mu held.
+func (m *Model) book(h uint64, i int, r Request) *peerSession {
+	now := r.Now.UnixNano()
 	prompt := m.promptTokens(r)
 	var s *peerSession
 	if h != 0 {
 		s = m.peer.sessions[h]
 	}
 	big := m.oversize(r)
-	i := -1
-	if !big {
-		i = c.choose(m, s, prompt, now)
-	}
-	if i < 0 {
-		i = m.leastLoaded(-1)
-	}
 	arrived := now
 	if !r.arrived.IsZero() {
 		arrived = r.arrived.UnixNano()
@@ -426,18 +441,17 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 	if h != 0 {
 		m.peer.sessions[h].oversize = big
 	}
-	if h != 0 && big { // it holds no room, and nothing of it stays cached
-		s = m.peer.sessions[h]
+	if h == 0 {
+		return nil
+	}
+	s = m.peer.sessions[h]
+	if big { // it holds no room, and nothing of it stays cached
 		m.setLive(s, 0, now)
 		s.ctx = 0
-	} else if h != 0 {
-		s = m.peer.sessions[h]
-		s.waited += r.waited
-		if m.peer.admission.engaged {
-			m.keepWithin(i, s, now)
-		}
+		return nil
 	}
-	return i
+	s.waited += r.waited
+	return s
 }
 
 // CostEstimates are what the cost model has learned, for the admin API and

@@ -206,7 +206,7 @@ func (m *Model) Place(r Request) (Placement, error) {
 		}
 		impl = m.impls[config.PolicyVLLMLB]
 	} else if m.activePlacer != nil {
-		return m.activePlacer.place(m, conv, pos, now), nil
+		return m.activePlacer.place(m, conv, pos, r), nil
 	}
 	i := impl.pick(m, h, r)
 	if h != 0 {

@@ -27,10 +27,10 @@ type policy interface {
 // unaffined). Place hands it the whole decision instead of calling pick.
 type sessionPlacer interface {
 	policy
-	// place chooses and commits (m.commit) the replica for a request of
+	// place chooses and commits (m.commit) the replica for request r of
 	// conversation c (c.key 0: none) found at table position pos (-1:
 	// not there).
-	place(m *Model, c conversation, pos int, now int64) Placement
+	place(m *Model, c conversation, pos int, r Request) Placement
 }
 
 // replicaObserver is a policy that learns from every poll of every

@@ -212,10 +212,7 @@ const (
 // pickCost chooses by predicted TTFT among the replicas admission allows.
 func (m *Model) pickCost(s *peerSession, prompt float64, now int64) int {
 	n := len(m.reps)
-	if cap(m.peer.scratch) < n {
-		m.peer.scratch = make([]float64, n)
-	}
-	ts := m.peer.scratch[:n]
+	ts := m.peerScratch()
 	bestT := math.Inf(1)
 	var stay float64
 	for i := range n {

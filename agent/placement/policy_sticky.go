@@ -7,7 +7,9 @@ package placement
 // is unhealthy (placed again and repinned); a request without a session id
 // goes to the least-loaded replica and pins nothing. A known conversation
 // whose prompt starts over goes by load (conversation.go, "Contexts that
-// start over").
+// start over"). With `spill_threshold: prefill` it also moves a turn off
+// its replica when the prefill queued ahead of it there costs clearly more
+// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
 
 type stickyPolicy struct{}
 
@@ -16,7 +18,16 @@ func newStickyPolicy(*Model, ModelOptions) policy { return stickyPolicy{} }
 // pick is the choice without a session: the least-loaded replica.
 func (stickyPolicy) pick(m *Model, _ uint64, _ Request) int { return m.leastLoaded(-1) }
 
-func (stickyPolicy) place(m *Model, c conversation, pos int, now int64) Placement {
+func (p stickyPolicy) place(m *Model, c conversation, pos int, r Request) Placement {
+	pl := p.decide(m, c, pos, r)
+	if m.cfg.SpillThreshold.Prefill {
+		m.stickyBook(pl, r)
+	}
+	return pl
+}
+
+func (stickyPolicy) decide(m *Model, c conversation, pos int, r Request) Placement {
+	now := r.Now.UnixNano()
 	h := c.key
 	switch {
 	case h == 0:
@@ -44,6 +55,13 @@ func (stickyPolicy) place(m *Model, c conversation, pos int, now int64) Placemen
 	if m.reps[pinned].inFlight >= m.spillThreshold(pinned) {
 		if i := m.leastLoaded(pinned); i >= 0 {
 			m.moved++
+			return m.commit(i, KindSpilled, h, pos, now)
+		}
+	}
+	if m.cfg.SpillThreshold.Prefill {
+		if i := m.prefillSpill(h, pinned, r); i >= 0 {
+			m.moved++
+			m.sessions.repin(pos, i)
 			return m.commit(i, KindSpilled, h, pos, now)
 		}
 	}

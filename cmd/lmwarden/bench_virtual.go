@@ -56,17 +56,17 @@ func (f *benchFlags) runVirtual(ctx context.Context, plan benchPlan, tracer benc
 }
 
 // spillThresholdFor reads --spill-threshold: "" (the warden's default), a
-// number, or auto.
+// number, auto or prefill.
 func spillThresholdFor(v string) (config.SpillThreshold, error) {
 	if v == "" {
 		return config.SpillThreshold{}, nil
 	}
-	if v == "auto" {
-		return config.SpillThreshold{Auto: true}, nil
+	if v == "auto" || v == "prefill" {
+		return config.ParseSpillThreshold(v)
 	}
 	var n int
 	if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n < 1 || fmt.Sprint(n) != v {
-		return config.SpillThreshold{}, fmt.Errorf("--spill-threshold %q: want a number of requests in flight or auto: %w", v, errUsage)
+		return config.SpillThreshold{}, fmt.Errorf("--spill-threshold %q: want a number of requests in flight, auto or prefill: %w", v, errUsage)
 	}
 	return config.SpillThreshold{N: n}, nil
 }

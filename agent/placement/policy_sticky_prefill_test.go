@@ -1,0 +1,82 @@
+package placement
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lmwarden/lmwarden/agent/config"
+)
+
+// prefillModel is two replicas of 1M tokens of KV cache with sticky's
+// spill on queued prefill (or the count threshold, auto), and
+// conversations a and b pinned on replica 0 (replica 1 was down while
+// they started). The prefill rate is the prior, 4,000 tokens a second.
+func prefillModel(t *testing.T, spill config.SpillThreshold) *Model {
+	t.Helper()
+	m := mustModel(t, func(mc *config.ModelConfig) {
+		mc.Replicas = mc.Replicas[:2]
+		mc.SpillThreshold = spill
+	})
+	m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch)
+	m.ObserveReplica(1, ReplicaMetrics{Healthy: false, KVCapacityTokens: 1_000_000}, epoch)
+	return m
+}
+
+// turn places one request of conversation id with a prompt of the given
+// tokens at epoch+at and, unless open, ends it a second later.
+func turn(t *testing.T, m *Model, id string, tokens int64, at time.Duration, open bool) Placement {
+	t.Helper()
+	p := mustPlace(t, m, Request{SessionID: id, PromptBytes: tokens * bytesPerToken, Now: epoch.Add(at)})
+	if !open {
+		m.Done(p, epoch.Add(at+time.Second))
+	}
+	return p
+}
+
+func TestStickyPrefillMovesATurnQueuedBehindALongPrefill(t *testing.T) {
+	for _, tc := range []struct {
+		spill config.SpillThreshold
+		moves bool
+	}{
+		{config.SpillThreshold{Auto: true}, false},
+		{config.SpillThreshold{Auto: true, Prefill: true}, true},
+	} {
+		t.Run(tc.spill.String(), func(t *testing.T) {
+			m := prefillModel(t, tc.spill)
+			a := turn(t, m, "a", 1_000, 0, false)
+			b := turn(t, m, "b", 1_000, time.Second, false)
+			if a.Replica != 0 || b.Replica != 0 {
+				t.Fatalf("a on %d, b on %d: want both on replica 0", a.Replica, b.Replica)
+			}
+			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(5*time.Second))
+			// b adds 400K tokens: 100 s of prefill queued on replica 0
+			turn(t, m, "b", 401_000, 10*time.Second, true)
+			// a's next turn computes 200 tokens at home behind it, or
+			// 1,200 on the idle replica
+			p := turn(t, m, "a", 1_200, 11*time.Second, false)
+			if moved := p.Replica == 1; moved != tc.moves {
+				t.Fatalf("a's turn behind 400K tokens of prefill went to %d (%v), want moved=%v", p.Replica, p.Kind, tc.moves)
+			}
+			if tc.moves && p.Kind != KindSpilled {
+				t.Fatalf("kind %v, want spilled", p.Kind)
+			}
+			// the conversation follows its newest context
+			if q := turn(t, m, "a", 1_400, 30*time.Second, false); q.Replica != p.Replica || q.Kind != KindSticky {
+				t.Fatalf("a's next turn: %d (%v), want sticky on %d", q.Replica, q.Kind, p.Replica)
+			}
+		})
+	}
+}
+
+func TestStickyPrefillKeepsAConversationThatCostsMoreToMove(t *testing.T) {
+	m := prefillModel(t, config.SpillThreshold{Auto: true, Prefill: true})
+	turn(t, m, "a", 300_000, 0, false) // 75 s to re-prefill anywhere else
+	if b := turn(t, m, "b", 1_000, 100*time.Second, false); b.Replica != 0 {
+		t.Fatalf("b on %d, want 0", b.Replica)
+	}
+	m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(101*time.Second))
+	turn(t, m, "b", 101_000, 110*time.Second, true) // 25 s queued on replica 0
+	if p := turn(t, m, "a", 301_000, 111*time.Second, false); p.Replica != 0 || p.Kind != KindSticky {
+		t.Fatalf("a's turn (25 s queued at home, 75 s of re-prefill elsewhere) went to %d (%v), want sticky on 0", p.Replica, p.Kind)
+	}
+}
