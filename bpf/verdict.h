@@ -2,9 +2,11 @@
 /*
  * verdict.h: lmw_verdict, the sk_skb stream verdict of the sk_skb
  * datapath (the fallback where sk_msg cannot run). Both sockets of an
- * exchange sit in lmw_socks: it carries a request body from the client
- * socket to the upstream one, and a response body back, following the
- * body's framing (frame.h) to tell the shim where it ends.
+ * exchange sit in lmw_socks: it carries a response body from the upstream
+ * socket to the client one, following the body's framing (frame.h) to
+ * tell the shim where it ends. Its SOCK_REQUEST arm (a request body the
+ * other way) is one the shim no longer sets: relayed in userspace, the
+ * body does not queue behind the psock worker (docs/kernel.md).
  */
 #ifndef LMW_VERDICT_H
 #define LMW_VERDICT_H
@@ -153,6 +155,14 @@ int lmw_verdict(struct __sk_buff *skb)
 				rs->requests++;
 		}
 	}
+
+	/* A segment of no bytes is a bare FIN (a client that half-closed after
+	 * its request, a replica that closed). Never redirect it: the psock
+	 * worker's send of nothing returns 0, which sk_psock_backlog reports as
+	 * EPIPE on the target, breaking a socket whose answer is still to come.
+	 * Passed, the shim reads it as the end of that side's stream. */
+	if (len == 0)
+		return SK_PASS;
 
 	if (ctl->mode == SOCK_REQUEST) {
 		__u64 arm = ctl->arm_at;

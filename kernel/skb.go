@@ -116,10 +116,13 @@ func (k *SkbPath) join(c *datapath.Conn, slot uint32) (uint64, error) {
 		return cookie, nil
 	}
 	q, err := drainQueued(c.TCPConn)
-	if err != nil {
-		return 0, err
-	}
 	c.Pending = append(c.Pending, q...)
+	if err != nil {
+		// Reset (a replica that answered early and died): it cannot
+		// join; the shim's own relay forwards what it holds and then
+		// meets the error itself.
+		return 0, fmt.Errorf("%w: %w", errNotJoinable, err)
+	}
 	if err := k.st.Arm(cookie, maps.SockCtl{Mode: maps.ModePass, Replica: slot}); err != nil {
 		return 0, err
 	}
@@ -156,15 +159,17 @@ func established(c *net.TCPConn) bool {
 	return ok
 }
 
-// relayRequestUser moves a request body in userspace for an exchange the
-// kernel cannot carry; a client in the SOCKHASH is read without splice.
+// relayRequestUser moves a request body in userspace (splice); a client in
+// the SOCKHASH is read without splice.
 func (k *SkbPath) relayRequestUser(x *datapath.Exchange, uc *byteCounters) error {
 	cc, err := maps.Cookie(x.Client.TCPConn)
 	if err != nil {
 		return err
 	}
 	if !k.st.SocketInMap(cc) {
-		return k.user1.RelayRequestBody(x)
+		err := k.user1.RelayRequestBody(x)
+		uc.up.Add(uint64(x.BodyBytesUp)) // all of it crossed the shim, as user mode counts it
+		return err
 	}
 	var n int64
 	switch x.Request.Framing {
@@ -261,142 +266,65 @@ func readNow(c *net.TCPConn, buf []byte) (int, error) {
 	return n, nil
 }
 
-// RelayRequestBody implements datapath.Datapath.
+// RelayRequestBody implements datapath.Datapath. The shim relays the
+// request body itself, as the sk_msg datapath does (splice, or plain reads
+// for a client still in the SOCKHASH); only the response is the kernel's.
+// Carrying the body too put every request behind the psock worker that
+// also sends every response event, and the shim could read the response
+// head only once it had seen the whole body land: at 32 streams that wait
+// was 3.4 ms p50 and 14 ms p90 of each keep-alive request, with the
+// replica's answer already waiting (docs/kernel.md, "Performance").
+//
+// Both sockets join the SOCKHASH after the body: a new upstream socket
+// stays plain until then, so a replica that answers before it read the
+// whole body and resets the connection leaves its answer readable there
+// (a socket in the SOCKHASH loses what its psock holds as it closes).
 func (k *SkbPath) RelayRequestBody(x *datapath.Exchange) error {
 	slot, uc, err := k.slot(x)
 	if err != nil {
 		return err
 	}
-	// Both sockets join now: the upstream before its response head
-	// arrives, the client before the shim's client watch starts reading it.
-	// Only established sockets may join a sockmap: a client that already
-	// half-closed (sent its FIN with the request) is served in userspace.
-	var u *upstreamState
 	cc, err := maps.Cookie(x.Client.TCPConn)
 	if err != nil {
 		return err
 	}
+	// A head the shim only peeked is still in the socket: read it first,
+	// or the copy would send it as the body, and the connection's next
+	// head would be this one again.
+	if size, ok := k.takePeeked(cc); ok {
+		if err := readExactly(x.Client.TCPConn, size, x.Idle); err != nil {
+			return err
+		}
+	}
+	if err := k.relayRequestUser(x, uc); err != nil {
+		return err
+	}
+	// Only established sockets may join a sockmap: with a client that
+	// half-closed, or an upstream that closed, the response crosses
+	// userspace too. The client joins before the shim's client watch
+	// starts reading it: joined later, while that read waited, it never
+	// got the carried response (the self-test's stream: 0 bytes, 6.18).
 	err = errNotJoinable
 	if k.st.SocketInMap(cc) || established(x.Client.TCPConn) {
-		u, err = k.joinUpstream(x.Upstream, slot)
+		if _, err = k.joinUpstream(x.Upstream, slot); err == nil {
+			_, err = k.join(x.Client, slot)
+		}
 	}
 	if errors.Is(err, errNotJoinable) {
 		k.mu.Lock()
 		k.userX[x] = true
 		k.mu.Unlock()
-		// A head the shim only peeked is still in the socket: read it
-		// first, or the userspace copy would send it as the body, and
-		// the connection's next head would be this one again.
-		if size, ok := k.takePeeked(cc); ok {
-			if err := readExactly(x.Client.TCPConn, size, x.Idle); err != nil {
-				return err
-			}
-		}
-		return k.relayRequestUser(x, uc)
-	}
-	if err != nil {
-		return err
-	}
-	if size, ok := k.takePeeked(cc); ok {
-		return k.carryPeeked(x, cc, u, slot, uint64(size), uc)
-	}
-	ccookie, err := k.join(x.Client, slot)
-	if err != nil {
-		return err
-	}
-	switch x.Request.Framing {
-	case http1.FramingLength:
-		if x.Request.ContentLength > 0 {
-			return k.carryRequestBody(x, ccookie, u, slot, uc)
-		}
-	case http1.FramingChunked:
-		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
-		x.BodyBytesUp += n
-		uc.up.Add(uint64(n))
-		return err
-	}
-	return nil
-}
-
-// carryPeeked hands over a client whose first head the shim only peeked:
-// the whole stream is still in the socket, so the verdict drops the head
-// bytes and carries the body after them, from the first byte on.
-func (k *SkbPath) carryPeeked(x *datapath.Exchange, cc uint64, u *upstreamState, slot uint32, size uint64, uc *byteCounters) error {
-	// The head is read now (it was only peeked): the verdict then sees the
-	// segment that holds its end again from its start and trims the part
-	// read (by the socket's read position), which keeps that position
-	// right, so the client can leave the SOCKHASH after its response and
-	// be read normally again (finishTail). A head longer than one trim
-	// (bpf_skb_adjust_room moves at most 4095 bytes) takes the drained path.
-	if err := readExactly(x.Client.TCPConn, int(size), x.Idle); err != nil {
-		return err
-	}
-	if size > maxTrim {
-		ccookie, err := k.join(x.Client, slot)
-		if err != nil {
-			return err
-		}
-		if x.Request.Framing == http1.FramingLength && x.Request.ContentLength > 0 {
-			return k.carryRequestBody(x, ccookie, u, slot, uc)
-		}
-		if x.Request.Framing == http1.FramingChunked {
-			n, err := relayChunked(x.Upstream, x.Client, x.Idle)
-			x.BodyBytesUp += n
-			uc.up.Add(uint64(n))
-			return err
-		}
 		return nil
 	}
-	var length uint64
-	if x.Request.Framing == http1.FramingLength {
-		length = uint64(x.Request.ContentLength)
-	}
-	w0, err := written(x.Upstream.TCPConn)
-	if err != nil {
-		return err
-	}
-	ends := make(chan maps.ResponseEnd, 4)
-	if length > 0 {
-		if err := k.ends.watch(cc, ends); err != nil {
-			return err
-		}
-		defer k.ends.unwatch(cc)
-	}
-	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: size, BodyEnd: size + length, Gen: 1, Mode: maps.ModeRequest, Replica: slot}
-	if err := k.st.Arm(cc, ctl); err != nil {
-		return err
-	}
-	if err := k.st.AddSocket(x.Client.TCPConn, cc, size); err != nil {
-		if !errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("kernel datapath: socket into SOCKHASH: %w", err)
-		}
-		// The client half-closed since it was checked: it cannot join
-		// (only established sockets may), so its body, still all in its
-		// socket (the head is read), is copied in userspace, and so is
-		// the response (the upstream is in the SOCKHASH: plain reads).
-		k.st.ForgetSocket(cc)
-		k.mu.Lock()
-		k.userX[x] = true
-		k.mu.Unlock()
-		return k.relayRequestUser(x, uc)
-	}
-	if err := verdictQueued(x.Client.TCPConn); err != nil {
-		return err
-	}
-	switch {
-	case length > 0:
-		return k.waitBody(x, cc, u, ctl, length, w0, ends, uc)
-	case x.Request.Framing == http1.FramingChunked:
-		n, err := relayChunked(x.Upstream, x.Client, x.Idle)
-		x.BodyBytesUp += n
-		uc.up.Add(uint64(n))
-		return err
-	}
-	return nil
+	return err
 }
 
-// maxTrim is the most bytes bpf_skb_adjust_room takes off a segment.
-const maxTrim = 4095
+// PlainUpstream implements datapath.EarlyAnswerReader: an upstream socket
+// is plain until it first joins the SOCKHASH (after a request body), and
+// a pooled one stays in.
+func (k *SkbPath) PlainUpstream(x *datapath.Exchange) bool {
+	return k.upstream(x.Upstream) == nil
+}
 
 // readExactly consumes n bytes the shim already peeked.
 func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
@@ -404,133 +332,6 @@ func readExactly(c *net.TCPConn, n int, idle time.Duration) error {
 	defer c.SetReadDeadline(time.Time{})
 	_, err := io.ReadFull(c, make([]byte, n))
 	return err
-}
-
-func (k *SkbPath) carryRequestBody(x *datapath.Exchange, cc uint64, u *upstreamState, slot uint32, uc *byteCounters) error {
-	remaining := uint64(x.Request.ContentLength)
-	q, seen, err := k.drainSynced(x.Client, cc)
-	if err != nil {
-		return err
-	}
-	have := append(append([]byte(nil), x.Client.Pending...), q...)
-	n := min(uint64(len(have)), remaining)
-	if n > 0 {
-		if _, err := x.Upstream.WriteAll(x.Idle, have[:n]); err != nil {
-			return err
-		}
-		remaining -= n
-		x.BodyBytesUp += int64(n)
-		uc.up.Add(n)
-	}
-	x.Client.Pending = have[n:]
-	if remaining == 0 {
-		return nil
-	}
-	w0, err := written(x.Upstream.TCPConn)
-	if err != nil {
-		return err
-	}
-	ends := make(chan maps.ResponseEnd, 4)
-	if err := k.ends.watch(cc, ends); err != nil {
-		return err
-	}
-	defer k.ends.unwatch(cc)
-	gen := k.st.Ctl(cc).Gen + 1
-	ctl := maps.SockCtl{Peer: u.cookie, ArmAt: seen, BodyEnd: seen + remaining, Gen: gen, Mode: maps.ModeRequest, Replica: slot}
-	if err := k.st.Arm(cc, ctl); err != nil {
-		return err
-	}
-
-	return k.waitBody(x, cc, u, ctl, remaining, w0, ends, uc)
-}
-
-// waitBody waits until the kernel carried the body armed by ctl, of
-// remaining bytes, forwarding itself whatever the verdict passes instead.
-func (k *SkbPath) waitBody(x *datapath.Exchange, cc uint64, u *upstreamState, ctl maps.SockCtl, remaining, w0 uint64, ends chan maps.ResponseEnd, uc *byteCounters) error {
-	gen := ctl.Gen
-	var carried, user uint64
-	var buf []byte // only for bytes passed instead of carried
-	pause := 20 * time.Microsecond
-	lastProgress, lastTotal := time.Now(), uint64(0)
-	look := true // look without waiting first
-	for ; ; look = false {
-		// The first look needs no wait: a body already queued when the
-		// client was armed has been verdicted inside that call.
-		if !look {
-			select {
-			case ev := <-ends:
-				if ev.Gen == gen && ev.How == 2 {
-					carried = ev.Bytes
-				}
-			case <-time.After(pause):
-				pause = min(2*pause, 2*time.Millisecond)
-			}
-		}
-		if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
-			carried = max(carried, st.Redirected)
-		}
-		if carried+user >= remaining {
-			break
-		}
-		if ctl.Flags&maps.CtlNotify == 0 {
-			// The body is still arriving: from now on the verdict
-			// wakes the ring buffer's reader at its end (the arm left
-			// it out, for the usual case of a body already queued).
-			// The same gen: the verdict's count goes on.
-			ctl.Flags |= maps.CtlNotify
-			if err := k.st.Arm(cc, ctl); err != nil {
-				return err
-			}
-			look = true
-			continue
-		}
-		// Bytes passed to the shim mean the kernel stopped carrying this
-		// body (its counter is final): forward the rest here, after the
-		// carried bytes have landed.
-		if buf == nil {
-			buf = make([]byte, 64<<10)
-		}
-		n, rerr := readNow(x.Client.TCPConn, buf)
-		if n > 0 {
-			if st, err := k.st.SocketState(cc); err == nil && st.Gen == gen {
-				carried = st.Redirected
-			}
-			m := min(uint64(n), remaining-carried-user)
-			if err := waitWritten(x.Upstream.TCPConn, w0+carried+user, x.Idle); err != nil {
-				return err
-			}
-			if _, err := x.Upstream.WriteAll(x.Idle, buf[:m]); err != nil {
-				return err
-			}
-			user += m
-			uc.up.Add(m)
-			x.Client.Pending = append(x.Client.Pending, buf[m:n]...)
-			pause = 20 * time.Microsecond
-			continue
-		}
-		if rerr != nil {
-			if errors.Is(rerr, io.EOF) {
-				rerr = io.ErrUnexpectedEOF
-			}
-			return rerr
-		}
-		if t := carried + user; t != lastTotal {
-			lastProgress, lastTotal = time.Now(), t
-		} else if time.Since(lastProgress) > x.Idle {
-			return fmt.Errorf("kernel datapath: request body stalled: %w", errIdle)
-		}
-		if !x.BodyDeadline.IsZero() && time.Now().After(x.BodyDeadline) {
-			return fmt.Errorf("kernel datapath: request body not received by its deadline: %w", errIdle)
-		}
-	}
-	x.BodyBytesUp += int64(carried + user)
-	// The carried bytes are on their way through the upstream's psock
-	// worker: return once they have landed. An upstream that reads the
-	// head, answers and closes would otherwise have body bytes arrive
-	// after its close, which resets the connection, and the reset frees
-	// the response bytes the verdict had passed to the shim.
-	u.want = w0 + carried + user
-	return waitWritten(x.Upstream.TCPConn, u.want, x.Idle)
 }
 
 var errIdle = errors.New("idle timeout")
@@ -548,13 +349,14 @@ func relayChunked(dst, src *datapath.Conn, idle time.Duration) (int64, error) {
 // leave a head in the socket ahead of the body, and says where a cut
 // response stands.
 func (k *SkbPath) Capabilities() datapath.Capabilities {
-	return datapath.Capabilities{HeadReader: k, HeadWaiter: k, Queued: k, Cutter: k}
+	return datapath.Capabilities{HeadReader: k, HeadWaiter: k, Queued: k, Cutter: k, EarlyReader: k}
 }
 
 var (
-	_ datapath.Datapath       = (*SkbPath)(nil)
-	_ datapath.HeadReader     = (*SkbPath)(nil)
-	_ datapath.HeadWaiter     = (*SkbPath)(nil)
-	_ datapath.QueuedRequest  = (*SkbPath)(nil)
-	_ datapath.ResponseCutter = (*SkbPath)(nil)
+	_ datapath.Datapath          = (*SkbPath)(nil)
+	_ datapath.HeadReader        = (*SkbPath)(nil)
+	_ datapath.HeadWaiter        = (*SkbPath)(nil)
+	_ datapath.QueuedRequest     = (*SkbPath)(nil)
+	_ datapath.ResponseCutter    = (*SkbPath)(nil)
+	_ datapath.EarlyAnswerReader = (*SkbPath)(nil)
 )

@@ -93,8 +93,11 @@ func waitWritten(c *net.TCPConn, want uint64, timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return errDrainTimeout
 		}
+		// Polled, up to every 250 µs: the wait is the psock worker's
+		// (no event says when it sent), and it holds back a response's
+		// last bytes (end p50 was 1.2-2.2 ms at 32 streams with a 2 ms cap).
 		time.Sleep(pause)
-		if pause < 2*time.Millisecond {
+		if pause < 250*time.Microsecond {
 			pause *= 2
 		}
 	}

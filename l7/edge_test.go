@@ -444,9 +444,6 @@ func TestHTTP10KeepAliveClientGetsAStreamEndedByTheClose(t *testing.T) {
 }
 
 func TestReplicaAnswerToAnOversizedBodyReachesTheClient(t *testing.T) {
-	if defaultDatapath().Name() == "skb" {
-		t.Skip(`sk_skb loses a replica's answer sent before it read the whole body: docs/kernel.md, "What skb loses"`)
-	}
 	// A replica with a body limit answers 413 at once and closes without
 	// reading the body (the kernel then resets the connection).
 	early := rawUpstream(t, func(c net.Conn) {
@@ -879,9 +876,6 @@ func TestClientLeavingAfterTheWholeStreamWasSentIsCounted(t *testing.T) {
 }
 
 func TestHalfClosedClientsStillGetTheirAnswer(t *testing.T) {
-	if defaultDatapath().Name() == "skb" {
-		t.Skip(`sk_skb carries a half-closed client's FIN to the replica and breaks the upstream socket: docs/kernel.md, "What skb loses"`)
-	}
 	sv := mustSim(t, 1, sim.ShapePorts)
 	m := mustModel(t, modelConfig(sv.URLs()...))
 	_, addr := mustShim(t, m, Options{})

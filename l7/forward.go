@@ -482,7 +482,7 @@ func (s *Shim) answeredEarly(x *exchange, armed bool) bool {
 	if armed {
 		return s.caps.Carrier.AnsweredEarly(&x.Exchange) || len(x.Upstream.Pending) > 0 || readable(x.Upstream)
 	}
-	if s.caps.Userspace == nil {
+	if s.caps.Userspace == nil && (s.caps.EarlyReader == nil || !s.caps.EarlyReader.PlainUpstream(&x.Exchange)) {
 		return false
 	}
 	return len(x.Upstream.Pending) > 0 || readable(x.Upstream)

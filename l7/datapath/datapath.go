@@ -118,6 +118,7 @@ type Capabilities struct {
 	Carrier      ResponseCarrier
 	Cutter       ResponseCutter
 	Queued       QueuedRequest
+	EarlyReader  EarlyAnswerReader
 	// Userspace is the datapath when it is the userspace copy: it leaves
 	// the replica socket plain to read after a failed request body, its
 	// reads of a response bring the body's bytes, and the shim exports

@@ -83,6 +83,19 @@ type ResponseCarrier interface {
 // was closing as idle: the request may be sent again on a new one).
 var ErrNoResponse = errors.New("l7: upstream closed without a response")
 
+// EarlyAnswerReader is implemented by a kernel Datapath that leaves some
+// replica sockets plain while the request body goes up (the sk_skb
+// datapath: one it has not put into its SOCKHASH yet). After a failed
+// request body the shim reads a replica's early answer (a 413 to a body
+// it will not take, then its close) from such a socket as the userspace
+// datapath does.
+type EarlyAnswerReader interface {
+	// PlainUpstream reports whether x's replica socket is one the shim
+	// reads as it is: nothing the datapath took over, so an answer queued
+	// there survives the replica's reset.
+	PlainUpstream(x *Exchange) bool
+}
+
 // QueuedRequest is implemented by a Datapath that may leave the current
 // request's head in the client's socket (the sk_skb datapath peeks a
 // connection's first head), or take the socket's receive queue over (a
