@@ -305,7 +305,7 @@ func TestMultiHostGoals(t *testing.T) {
 	three := runMultiHostBench(t, gsrv.URL, hosts, mhHosts*mhPerHost, 1)
 	threeLoad := perHost(three, read(hosts), hosts)
 	table = append(table, row("3 hosts, gateway + picker (ext_proc)", mhHosts*mhPerHost, three, threeLoad))
-	t.Logf("after the gateway's run: %s", placementKinds(t, pk, hosts))
+	t.Logf("after the gateway's run: %s; %s", placementKinds(t, pk, hosts), replicaTotals(t, hosts))
 	for _, h := range hosts {
 		h.freshCaches(t)
 	}
@@ -343,7 +343,7 @@ func TestMultiHostGoals(t *testing.T) {
 		haproxy.Start(t, bin, cfg, front)
 		hp := runMultiHostBench(t, "http://"+front, hosts, mhHosts*mhPerHost, 2)
 		table = append(table, row("3 hosts, HAProxy + picker (SPOE)", mhHosts*mhPerHost, hp, perHost(hp, read(hosts), hosts)))
-		t.Logf("after HAProxy's run: %s", placementKinds(t, pk, hosts))
+		t.Logf("after HAProxy's run: %s; %s", placementKinds(t, pk, hosts), replicaTotals(t, hosts))
 		if hp.Errors+hp.Timeouts > 0 {
 			t.Errorf("%d errors and %d timeouts through HAProxy", hp.Errors, hp.Timeouts)
 		}
