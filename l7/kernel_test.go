@@ -274,11 +274,7 @@ func TestKernelDropsPooledUpstreamThatClosed(t *testing.T) {
 					return
 				}
 				go func() {
-					h, rest, err := http1.ReadHead(c, nil)
-					if err == nil {
-						body := make([]byte, h.ContentLength)
-						n := copy(body, rest)
-						io.ReadFull(c, body[n:])
+					if _, ok := readRequest(c); ok {
 						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
 					c.Close()
@@ -365,14 +361,11 @@ func TestKernelHalfClosedClientBodyReachesUpstreamIntact(t *testing.T) {
 		// sent as the body).
 		got := make(chan string, 1)
 		up := l7.RawUpstream(t, func(c net.Conn) {
-			h, rest, err := http1.ReadHead(c, nil)
-			if err != nil {
+			body, ok := readRequest(c)
+			if !ok {
 				return
 			}
-			body := make([]byte, h.ContentLength)
-			n := copy(body, rest)
-			io.ReadFull(c, body[n:])
-			got <- string(body)
+			got <- body
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		})
 		m := l7.MustModel(t, l7.ModelConfig(up))
@@ -479,14 +472,11 @@ func TestKernelClientHalfClosingAfterItsBodyStillGetsTheAnswer(t *testing.T) {
 				got := make(chan string, 1)
 				answer := make(chan struct{})
 				up := l7.RawUpstream(t, func(c net.Conn) {
-					h, rest, err := http1.ReadHead(c, nil)
-					if err != nil {
+					body, ok := readRequest(c)
+					if !ok {
 						return
 					}
-					body := make([]byte, h.ContentLength)
-					n := copy(body, rest)
-					io.ReadFull(c, body[n:])
-					got <- string(body)
+					got <- body
 					<-answer
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nanswer")
 				})
@@ -524,4 +514,19 @@ func TestKernelClientHalfClosingAfterItsBodyStillGetsTheAnswer(t *testing.T) {
 			})
 		}
 	})
+}
+
+// readRequest reads one request from c as a replica does before it
+// answers: the head, then its Content-Length body. ok is false when no
+// head could be read; a body cut short comes back short, for the caller's
+// comparison to show.
+func readRequest(c net.Conn) (body string, ok bool) {
+	h, rest, err := http1.ReadHead(c, nil)
+	if err != nil {
+		return "", false
+	}
+	buf := make([]byte, h.ContentLength)
+	n := copy(buf, rest)
+	m, _ := io.ReadFull(c, buf[n:])
+	return string(buf[:n+m]), true
 }
