@@ -427,24 +427,18 @@ func (m *Model) pickBooked(c costChooser, h uint64, r Request) int {
 // prompt is larger than any cache); call with m.mu held.
 func (m *Model) book(h uint64, i int, r Request) *peerSession {
 	now := r.Now.UnixNano()
-	prompt := m.promptTokens(r)
-	var s *peerSession
-	if h != 0 {
-		s = m.peer.sessions[h]
-	}
-	big := m.oversize(r)
 	arrived := now
 	if !r.arrived.IsZero() {
 		arrived = r.arrived.UnixNano()
 	}
-	m.peerRecord(h, s, i, prompt, now, arrived)
-	if h != 0 {
-		m.peer.sessions[h].oversize = big
-	}
+	big := m.oversize(r)
 	if h == 0 {
+		m.peerRecord(0, nil, i, m.promptTokens(r), now, arrived)
 		return nil
 	}
-	s = m.peer.sessions[h]
+	m.peerRecord(h, m.peer.sessions[h], i, m.promptTokens(r), now, arrived)
+	s := m.peer.sessions[h] // peerRecord creates a new session's entry
+	s.oversize = big
 	if big { // it holds no room, and nothing of it stays cached
 		m.setLive(s, 0, now)
 		s.ctx = 0
