@@ -10,6 +10,11 @@ package placement
 // start over"). With `spill_threshold: prefill` it also moves a turn off
 // its replica when the prefill queued ahead of it there costs clearly more
 // than re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
+//
+// Every placement is booked in the cost model (stickyBook), whatever the
+// spill threshold: the live context it counts is what cache-capacity
+// admission (admission.go) measures. Sticky's own choices read only the
+// request counts (load) unless the threshold is `prefill`.
 
 type stickyPolicy struct{}
 
@@ -20,9 +25,7 @@ func (stickyPolicy) pick(m *Model, _ uint64, _ Request) int { return m.leastLoad
 
 func (p stickyPolicy) place(m *Model, c conversation, pos int, r Request) Placement {
 	pl := p.decide(m, c, pos, r)
-	if m.cfg.SpillThreshold.Prefill {
-		m.stickyBook(pl, r)
-	}
+	m.stickyBook(pl, r)
 	return pl
 }
 
