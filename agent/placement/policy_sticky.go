@@ -36,9 +36,18 @@ func (stickyPolicy) decide(m *Model, c conversation, pos int, r Request) Placeme
 	case h == 0:
 		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now)
 	case pos < 0:
-		i := m.leastLoaded(-1)
+		i := m.stickyRoom(h, pos, r)
+		if i < 0 {
+			i = m.leastLoaded(-1)
+		}
 		pos = m.sessions.insert(c, i, now)
 		return m.commit(i, KindNew, h, pos, now)
+	case c.change == 0 || r.roomOn > 0:
+		if i := m.stickyRoom(h, pos, r); i >= 0 { // admission (policy_sticky_admission.go)
+			m.countStay(pos, i)
+			m.sessions.repin(pos, i)
+			return m.commit(i, KindRepinned, h, pos, now)
+		}
 	}
 	switch c.change {
 	case sideContext: // nothing of it is cached here: by load, the pin kept

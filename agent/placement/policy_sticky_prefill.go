@@ -78,6 +78,9 @@ func (m *Model) stickyBook(p Placement, r Request) {
 	if p.Replica < 0 {
 		return
 	}
-	m.peerSweep(r.Now.UnixNano(), peerSweepStep)
-	m.book(p.SessionHash, p.Replica, r)
+	now := r.Now.UnixNano()
+	m.peerSweep(now, peerSweepStep)
+	if s := m.book(p.SessionHash, p.Replica, r); s != nil && m.peer.admission.engaged && m.admissionPlaces(r) {
+		m.keepWithin(p.Replica, s, now) // as pickBooked does
+	}
 }
