@@ -7,9 +7,13 @@ package placement
 // is unhealthy (placed again and repinned); a request without a session id
 // goes to the least-loaded replica and pins nothing. A known conversation
 // whose prompt starts over goes by load (conversation.go, "Contexts that
-// start over"). With `spill_threshold: prefill` it also moves a turn off
-// its replica when the prefill queued ahead of it there costs clearly more
-// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
+// start over"). It books every placement in the cost model (costmodel.go),
+// as the cost-aware policies do, so that what the cost model knows (the
+// prefill queued on each replica, where each conversation's cache is) is
+// there for whoever reads it. With `spill_threshold: prefill` it also
+// moves a turn off its replica when the prefill queued ahead of it there
+// costs clearly more than re-prefilling the conversation elsewhere
+// (policy_sticky_prefill.go).
 
 type stickyPolicy struct{}
 
@@ -20,9 +24,7 @@ func (stickyPolicy) pick(m *Model, _ uint64, _ Request) int { return m.leastLoad
 
 func (p stickyPolicy) place(m *Model, c conversation, pos int, r Request) Placement {
 	pl := p.decide(m, c, pos, r)
-	if m.cfg.SpillThreshold.Prefill {
-		m.stickyBook(pl, r)
-	}
+	m.stickyBook(pl, r)
 	return pl
 }
 
