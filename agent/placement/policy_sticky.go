@@ -7,14 +7,15 @@ package placement
 // is unhealthy (placed again and repinned); a request without a session id
 // goes to the least-loaded replica and pins nothing. A known conversation
 // whose prompt starts over goes by load (conversation.go, "Contexts that
-// start over"). With `spill_threshold: prefill` it also moves a turn off
-// its replica when the prefill queued ahead of it there costs clearly more
-// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
-//
-// Every placement is booked in the cost model (stickyBook), whatever the
-// spill threshold: the live context it counts is what cache-capacity
-// admission (admission.go) measures. Sticky's own choices read only the
-// request counts (load) unless the threshold is `prefill`.
+// start over"). It books every placement in the cost model (costmodel.go),
+// as the cost-aware policies do, so that what the cost model knows (the
+// prefill queued on each replica, where each conversation's cache is) is
+// there for whoever reads it: cache-capacity admission measures the live
+// context by it, and while admission is engaged a conversation that is not
+// live starts or resumes where its room is (policy_sticky_admission.go).
+// With `spill_threshold: prefill` it also moves a turn off its replica
+// when the prefill queued ahead of it there costs clearly more than
+// re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
 
 type stickyPolicy struct{}
 

@@ -10,10 +10,10 @@ import (
 // The count of requests in flight says little about how long a turn waits
 // on its replica: an H200 batches 40 conversations, and one turn that adds
 // 100K new tokens to its context holds every turn behind it for seconds
-// while the replica's count stays far under the threshold. So it reads
-// the cost model, where sticky books every placement (costmodel.go: the
-// prefill queued on each replica, what LRU still holds of each
-// conversation), and moves a
+// while the replica's count stays far under the threshold. So sticky reads
+// the cost model it books its placements in (policy_sticky.go; costmodel.go:
+// the prefill queued on each replica, what LRU still holds of each
+// conversation) and moves a
 // known conversation's turn when its predicted time to first token on its
 // own replica (the prefill queued ahead of it there plus its uncached
 // part) exceeds the best other replica's (that replica's queue plus the
