@@ -8,12 +8,10 @@ package placement
 // goes to the least-loaded replica and pins nothing. A known conversation
 // whose prompt starts over goes by load (conversation.go, "Contexts that
 // start over"). It books every placement in the cost model (costmodel.go),
-// as the cost-aware policies do, so that what the cost model knows (the
-// prefill queued on each replica, where each conversation's cache is) is
-// there for whoever reads it. With `spill_threshold: prefill` it also
-// moves a turn off its replica when the prefill queued ahead of it there
-// costs clearly more than re-prefilling the conversation elsewhere
-// (policy_sticky_prefill.go).
+// as the cost-aware policies do, and with `spill_threshold: prefill` (the
+// default) it also moves a turn off its replica when the prefill queued
+// ahead of it there costs clearly more than re-prefilling the conversation
+// elsewhere (policy_sticky_prefill.go); `auto` is the count alone.
 
 type stickyPolicy struct{}
 
