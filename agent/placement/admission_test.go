@@ -456,7 +456,7 @@ func TestSwitchingAwayFromCostReleasesEveryWaiter(t *testing.T) {
 	m := mustAdmissionModel(t, 1, 12_000, queue)
 	admit(t, m, "a", 10_000, epoch)
 	_, w := admit(t, m, "b", 10_000, epoch)
-	if err := m.SetPolicy(config.PolicySticky); err != nil {
+	if err := m.SetPolicy(config.PolicyCacheAware); err != nil {
 		t.Fatal(err)
 	}
 	if !granted(w) || m.AdmissionStats().Parked != 0 {

@@ -30,6 +30,14 @@ import (
 // (docs/notes/2026-12-06-conversations.md, "Spilling on queued prefill").
 // On the Claude Code workload 65% and 70% gave the same tail, pooled over
 // five seeds (docs/notes/2026-12-07-queued-prefill.md).
+//
+// Not while cache-capacity admission is engaged (the live conversations
+// outgrow the caches): then every move re-prefills a whole conversation
+// into a full cache, evicting someone else's, and admission already
+// decides where conversations start and resume (policy_sticky_admission.go).
+// On eight H200s at twice the cache, moving anyway cost 7.5% of output
+// tokens and 4 points of hit rate over five seeds; standing down, 2.6% and
+// 1.4 with the same tail (docs/notes/2026-12-07-queued-prefill.md).
 
 const (
 	prefillSpillAbs = 3.0 // seconds
@@ -42,6 +50,9 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 	s := m.peer.sessions[h]
 	if s == nil || s.replica != p || s.inflight > 0 || m.oversize(r) {
 		return -1 // the cost model does not know where its cache is, or a turn of it runs there
+	}
+	if m.peer.admission.engaged {
+		return -1 // the caches overflow: admission decides where conversations live (above)
 	}
 	now := r.Now.UnixNano()
 	prompt := m.promptTokens(r)
@@ -79,6 +90,9 @@ func (m *Model) stickyBook(p Placement, r Request) {
 	if p.Replica < 0 {
 		return
 	}
-	m.peerSweep(r.Now.UnixNano(), peerSweepStep)
-	m.book(p.SessionHash, p.Replica, r)
+	now := r.Now.UnixNano()
+	m.peerSweep(now, peerSweepStep)
+	if s := m.book(p.SessionHash, p.Replica, r); s != nil && m.peer.admission.engaged && m.admissionPlaces(r) {
+		m.keepWithin(p.Replica, s, now) // as pickBooked does
+	}
 }

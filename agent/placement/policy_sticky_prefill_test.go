@@ -110,3 +110,25 @@ func TestStickyPrefillMargin(t *testing.T) {
 		})
 	}
 }
+
+// While admission is engaged (mode queue: always) the same turn as in
+// TestStickyPrefillMovesATurnQueuedBehindALongPrefill stays home: the
+// caches overflow and admission decides where conversations live.
+func TestStickyPrefillStandsDownWhileAdmissionIsEngaged(t *testing.T) {
+	m := mustModel(t, func(mc *config.ModelConfig) {
+		mc.Replicas = mc.Replicas[:2]
+		mc.Admission.Mode = config.AdmissionQueue
+	})
+	m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch)
+	m.ObserveReplica(1, ReplicaMetrics{Healthy: false, KVCapacityTokens: 1_000_000}, epoch)
+	turn(t, m, "a", 1_000, 0, false)
+	turn(t, m, "b", 1_000, time.Second, false)
+	m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(5*time.Second))
+	turn(t, m, "b", 401_000, 10*time.Second, true)
+	if !m.peer.admission.engaged {
+		t.Fatal("admission mode queue is not engaged")
+	}
+	if p := turn(t, m, "a", 1_200, 11*time.Second, false); p.Replica != 0 || p.Kind != KindSticky {
+		t.Fatalf("a's turn behind 400K tokens of prefill under admission went to %d (%v), want sticky on 0", p.Replica, p.Kind)
+	}
+}
