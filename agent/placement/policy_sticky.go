@@ -13,9 +13,10 @@ package placement
 // there for whoever reads it: cache-capacity admission measures the live
 // context by it, and while admission is engaged a conversation that is not
 // live starts or resumes where its room is (policy_sticky_admission.go).
-// With `spill_threshold: prefill` it also moves a turn off its replica
-// when the prefill queued ahead of it there costs clearly more than
-// re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
+// With `spill_threshold: prefill` (the default) it also moves a turn off
+// its replica when the prefill queued ahead of it there costs clearly more
+// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go);
+// `auto` is the count alone.
 
 type stickyPolicy struct{}
 
