@@ -67,7 +67,7 @@ func (stickyPolicy) decide(m *Model, c conversation, pos int, r Request) Placeme
 		return m.commit(i, KindRepinned, h, pos, now)
 	}
 	if m.reps[pinned].inFlight >= m.spillThreshold(pinned) {
-		if i := m.leastLoaded(pinned); i >= 0 {
+		if i := m.leastLoaded(pinned); i >= 0 && !m.countSpillCostsMore(h, pinned, i, r) {
 			m.moved++
 			return m.commit(i, KindSpilled, h, pos, now)
 		}

@@ -132,3 +132,31 @@ func TestStickyPrefillStandsDownWhileAdmissionIsEngaged(t *testing.T) {
 		t.Fatalf("a's turn behind 400K tokens of prefill under admission went to %d (%v), want sticky on 0", p.Replica, p.Kind)
 	}
 }
+
+// The count threshold's spill, priced: replica 0 has eight requests in
+// flight (the threshold's floor) when the next turn of a 300K-token
+// conversation comes. The count alone sends it to the idle replica, which
+// re-prefills all of it (75 s at the prior rate); with the spill on queued
+// prefill it stays, where 8K tokens are queued ahead of it (2 s).
+func TestStickyPrefillPricesTheCountsSpill(t *testing.T) {
+	for _, tc := range []struct {
+		spill config.SpillThreshold
+		moves bool
+	}{
+		{config.SpillThreshold{Auto: true}, true},
+		{config.DefaultModel("m").SpillThreshold, false},
+	} {
+		t.Run(tc.spill.String(), func(t *testing.T) {
+			m := prefillModel(t, tc.spill)
+			turn(t, m, "a", 300_000, 0, false)
+			for i := range 8 {
+				turn(t, m, fmt.Sprint("c", i), 1_000, 100*time.Second, true)
+			}
+			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(101*time.Second))
+			p := turn(t, m, "a", 301_000, 102*time.Second, false)
+			if moved := p.Replica == 1; moved != tc.moves {
+				t.Fatalf("a's turn with 8 in flight at home went to %d (%v), want moved=%v", p.Replica, p.Kind, tc.moves)
+			}
+		})
+	}
+}
