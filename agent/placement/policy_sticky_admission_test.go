@@ -44,12 +44,7 @@ func TestStickyParksWhenTheLiveContextsExceedTheCachesAndReleasesWhenRoomFrees(t
 	// waits.
 	m := stickyAdmissionModel(t, 2, 20_000, config.AdmissionConfig{Mode: config.AdmissionAuto, Timeout: time.Minute})
 	now := epoch
-	poll := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(time.Second) {
-			m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000}, now)
-			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000}, now)
-		}
-	}
+	poll := func(d time.Duration) { pollEvery(m, 20_000, &now, d) }
 	on := map[int][]Placement{}
 	for k := range 5 {
 		p, w := admit(t, m, fmt.Sprint("s", k), 10_000-outputAllowance, now)
