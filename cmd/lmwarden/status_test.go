@@ -56,14 +56,12 @@ func TestStatusPrintsModelAndReplicaTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := out.String()
-	for _, want := range []string{"MODEL", "AFFINITY", "STICKY", "HIT-RATE", "default", "127.0.0.1:18080", "100.0%", "sticky", "ADMISSION"} {
+	for _, want := range []string{"MODEL", "AFFINITY", "STICKY", "HIT-RATE", "default", "127.0.0.1:18080", "100.0%", "sticky"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status output lacks %q:\n%s", want, text)
 		}
 	}
-	// header, model, blank, header, 2 replicas, blank, admission header and
-	// row (the default policy, sticky, runs under admission)
-	if lines := strings.Count(text, "\n"); lines != 9 {
+	if lines := strings.Count(text, "\n"); lines != 6 { // header, model, blank, header, 2 replicas
 		t.Errorf("%d lines:\n%s", lines, text)
 	}
 }
