@@ -39,7 +39,14 @@ import (
 //     replica): three times the replicas start cold, and on a loaded
 //     machine a run's sessions get through fewer turns, more of them
 //     first ones; neither is placement's doing (the test fails past
-//     mhHitSlack points: see there);
+//     mhHitSlack points: see there). The hit rate it judges is the one
+//     the responses report (each request's cached tokens, counted once):
+//     the A4000 profile counts like vLLM 0.26, a waiting request at every
+//     look-up, so one request held for blocks on one replica multiplies
+//     that replica's query counter and sinks the replicas' pooled rate
+//     (queries per prompt token of 7-10 where it fell 30 points, against
+//     1-3.5 otherwise) while the responses' rate held at 82-85%; both
+//     are in the table;
 //   - a host that drops off the network under load loses no request that
 //     started after the picker saw it down, and its conversations land
 //     on the other hosts.
@@ -231,8 +238,10 @@ func perHost(res bench.Result, read []string, hosts []*netHost) []float64 {
 
 // shortfall is how far a run's hit rate fell below the ideal of the turns
 // it sent.
+// It reads the responses' cached share, counted once per request, not the
+// replicas' counters (see the test's comment).
 func shortfall(res bench.Result) float64 {
-	return float64(res.IdealHitRate) - float64(res.HitRate)
+	return float64(res.IdealHitRate) - float64(res.ClientCachedShare)
 }
 
 func row(name string, sessions int, res bench.Result, load []float64) string {
@@ -240,7 +249,8 @@ func row(name string, sessions int, res bench.Result, load []float64) string {
 	for _, x := range load {
 		l = append(l, fmt.Sprintf("%.0f", 100*x))
 	}
-	return fmt.Sprintf("| %s | %d | %.1f%% | %.1f%% | %.2fs | %.2fs | %d | %d | %s |", name, sessions, 100*float64(res.HitRate), 100*float64(res.IdealHitRate),
+	return fmt.Sprintf("| %s | %d | %.1f%% | %.1f%% | %.2f | %.1f%% | %.2fs | %.2fs | %d | %d | %s |", name, sessions,
+		100*float64(res.ClientCachedShare), 100*float64(res.HitRate), float64(res.QueriesPerPromptToken), 100*float64(res.IdealHitRate),
 		float64(res.TTFTP50), float64(res.TTFTP95), res.Requests, res.Errors+res.Timeouts, strings.Join(l, "/"))
 }
 
@@ -316,7 +326,7 @@ func TestMultiHostGoals(t *testing.T) {
 	// tier that loses affinity is tens of points off.
 	if d := 100 * (shortfall(three) - shortfall(one)); d > 2 {
 		msg := fmt.Sprintf("hit rate of 3 hosts %.1f%% (ideal %.1f%%), of one host %.1f%% (ideal %.1f%%): %.1f points further from the ideal (the goal: within 2)",
-			100*float64(three.HitRate), 100*float64(three.IdealHitRate), 100*float64(one.HitRate), 100*float64(one.IdealHitRate), d)
+			100*float64(three.ClientCachedShare), 100*float64(three.IdealHitRate), 100*float64(one.ClientCachedShare), 100*float64(one.IdealHitRate), d)
 		if d > mhHitSlack {
 			t.Error(msg)
 		} else {
@@ -434,7 +444,7 @@ func TestMultiHostGoals(t *testing.T) {
 		t.Error("no conversation of the dead host moved elsewhere")
 	}
 	t.Logf("host 3 off the network at %s, seen down %.2f s later; %d requests of its conversations moved elsewhere; %d gateway failures, all started before detection\n"+
-		"| run | sessions | hit rate | ideal | TTFT p50 | TTFT p95 | requests | errors | load per host %% |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n%s",
+		"| run | sessions | hit rate | replicas' counters | queries / prompt token | ideal | TTFT p50 | TTFT p95 | requests | errors | load per host %% |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n%s",
 		killed.Format(time.TimeOnly), detected.Sub(killed).Seconds(), moved, len(gw.Failures()), strings.Join(table, "\n"))
 }
 
