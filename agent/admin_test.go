@@ -241,12 +241,14 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return n == len(want)
 }
 
-func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
+func TestAdminShowsCostPredictionsOnlyForPoliciesUnderAdmission(t *testing.T) {
 	s := mustSim(t, sim.ServerConfig{Replicas: 2})
 	cost := simModel("qwen", s, sim.ShapePorts)
 	cost.Policy = config.PolicyCost
-	sticky := simModel("other", s, sim.ShapePorts)
-	w := mustWarden(t, cost, sticky)
+	sticky := simModel("sticky", s, sim.ShapePorts)
+	other := simModel("other", s, sim.ShapePorts)
+	other.Policy = config.PolicyHash
+	w := mustWarden(t, cost, sticky, other)
 	m := w.Models()[0]
 	p, err := m.Place(placement.Request{SessionID: "s", PromptBytes: 40_000, Now: time.Now()})
 	if err != nil {
@@ -274,10 +276,16 @@ func TestAdminShowsCostPredictionsOnlyForPolicyCost(t *testing.T) {
 		t.Fatalf("busy replica %+v, idle %+v: want the busy one slower and holding live context", busy, idle)
 	}
 
+	// sticky runs under admission too: its block says so
+	var st adminapi.ModelStatus
+	mustGetJSON(t, base+"/api/v1/models/sticky", &st)
+	if st.Cost == nil || st.Cost.Admission != string(config.AdmissionAuto) {
+		t.Fatalf("policy sticky: cost = %+v, want its admission block (auto)", st.Cost)
+	}
 	var raw map[string]any
 	mustGetJSON(t, base+"/api/v1/models/other", &raw)
 	if _, ok := raw["cost"]; ok {
-		t.Fatalf("policy sticky shows a cost block: %v", raw["cost"])
+		t.Fatalf("policy hash shows a cost block: %v", raw["cost"])
 	}
 	m.Done(p, time.Now())
 }

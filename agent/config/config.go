@@ -175,9 +175,10 @@ func (mc *ModelConfig) ReplicaCount() int {
 }
 
 // SpillThreshold is a fixed number of in-flight requests, or Auto (derived
-// from what the replica can batch; see placement.go). Prefill (with Auto)
-// adds policy sticky's spill on the prefill queued ahead on the
-// conversation's replica (agent/placement/policy_sticky_prefill.go).
+// from what the replica can batch; see placement.go). Prefill (with Auto,
+// the default, `prefill`) adds policy sticky's spill on the prefill queued
+// ahead on the conversation's replica
+// (agent/placement/policy_sticky_prefill.go); `auto` is the count alone.
 type SpillThreshold struct {
 	Auto    bool
 	Prefill bool
@@ -245,7 +246,7 @@ func DefaultModel(name string) ModelConfig {
 func (mc *ModelConfig) setDefaults() {
 	*mc = ModelConfig{
 		Affinity:       true,
-		SpillThreshold: SpillThreshold{Auto: true},
+		SpillThreshold: SpillThreshold{Auto: true, Prefill: true},
 		SessionHeaders: append([]string(nil), DefaultSessionHeaders...),
 		AgentHeaders:   append([]string(nil), DefaultAgentHeaders...),
 		BodyKey:        true,

@@ -144,12 +144,27 @@ func (m *Model) Admit(r Request) (Placement, *Wait, error) {
 	return p, nil, err
 }
 
-// parks says whether admission can park r's session (policy cost, and
-// nothing overrides it); call with m.mu held.
+// parks says whether admission can park r's session (policy cost or
+// sticky, and nothing overrides it); call with m.mu held.
 func (m *Model) parks(r Request) bool {
+	return m.admissionPlaces(r) && m.conversationOf(r).key != 0
+}
+
+// admissionPlaces says whether admission decides for r: the active policy
+// is one that parks (admissionPolicy), affinity is on, no client pin
+// overrides it, r is a prompt and the mode parks (queue or auto); call
+// with m.mu held.
+func (m *Model) admissionPlaces(r Request) bool {
 	mode := m.peer.admission.cfg.Mode
-	return m.policy == config.PolicyCost && m.affinity && r.PinnedHeader == "" && !r.NonInference &&
-		(mode == config.AdmissionQueue || mode == config.AdmissionAuto) && m.conversationOf(r).key != 0
+	return admissionPolicy(m.policy) && m.affinity && r.PinnedHeader == "" && !r.NonInference &&
+		(mode == config.AdmissionQueue || mode == config.AdmissionAuto)
+}
+
+// admissionPolicy says whether policy p parks sessions under admission:
+// cost, and sticky (policy_sticky_admission.go). The other cost-model
+// policies are llm-d's and SGLang's rules as those projects run them.
+func admissionPolicy(p config.Policy) bool {
+	return p == config.PolicyCost || p == config.PolicySticky
 }
 
 // maybePark parks r if admission says so; call with m.mu held.
@@ -211,6 +226,9 @@ func (m *Model) Claim(w *Wait, now time.Time) (Placement, error) {
 	r := w.req
 	r.arrived, r.Now = r.Now, now
 	r.waited = now.Sub(w.Since).Seconds()
+	if w.granted && w.replica >= 0 {
+		r.roomOn = w.replica + 1
+	}
 	return m.Place(r)
 }
 

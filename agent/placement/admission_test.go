@@ -312,12 +312,7 @@ func TestAdmissionAutoEngagesAboveTheCacheAndLetsGoOnceItFits(t *testing.T) {
 	// is back under 1.0 (the hysteresis band).
 	m := mustAdmissionModel(t, 2, 20_000, config.AdmissionConfig{Mode: config.AdmissionAuto, Timeout: time.Minute})
 	now := epoch
-	poll := func(d time.Duration) {
-		for end := now.Add(d); now.Before(end); now = now.Add(time.Second) {
-			m.ObserveReplica(0, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000}, now)
-			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 20_000}, now)
-		}
-	}
+	poll := func(d time.Duration) { pollEvery(m, 20_000, &now, d) }
 	var ps []Placement
 	for k := range 5 { // 5 × 10k in flight on 40k: a live load of 1.25; nobody waits yet
 		p, w := admit(t, m, fmt.Sprint("s", k), 10_000-outputAllowance, now)
@@ -456,7 +451,7 @@ func TestSwitchingAwayFromCostReleasesEveryWaiter(t *testing.T) {
 	m := mustAdmissionModel(t, 1, 12_000, queue)
 	admit(t, m, "a", 10_000, epoch)
 	_, w := admit(t, m, "b", 10_000, epoch)
-	if err := m.SetPolicy(config.PolicySticky); err != nil {
+	if err := m.SetPolicy(config.PolicyCacheAware); err != nil {
 		t.Fatal(err)
 	}
 	if !granted(w) || m.AdmissionStats().Parked != 0 {
@@ -525,5 +520,16 @@ func TestAdmissionSharedPrefixIgnoresUsageWhilePromptsPrefill(t *testing.T) {
 	}
 	for _, p := range ps {
 		m.Done(p, now)
+	}
+}
+
+// pollEvery observes every replica of m healthy with the given KV capacity
+// once a second for d, from *now on, and moves *now on by d: the poller,
+// as admission's one-minute average sees it.
+func pollEvery(m *Model, capacity float64, now *time.Time, d time.Duration) {
+	for end := now.Add(d); now.Before(end); *now = now.Add(time.Second) {
+		for i := range m.reps {
+			m.ObserveReplica(i, ReplicaMetrics{Healthy: true, KVCapacityTokens: capacity}, *now)
+		}
 	}
 }

@@ -29,6 +29,9 @@ func (m *Model) SetHealthy(i int, ok bool) {
 	defer m.mu.Unlock()
 	if i >= 0 && i < len(m.reps) {
 		r := &m.reps[i]
+		if r.up && !ok {
+			m.forgetLive(i)
+		}
 		r.up = ok
 		r.healthy = ok && !r.draining
 		if ok {
@@ -89,4 +92,21 @@ func (m *Model) unhealthyReason(i int) string {
 		return "marked unhealthy"
 	}
 	return ""
+}
+
+// forgetLive ends the liveness of the conversations the cost model counts
+// on replica i, but for those with a turn in flight there (they end with
+// it): a replica that is down has lost them or will be restarted without
+// them, and rooms counted for them would keep admission engaged and steer
+// new conversations off replicas that are empty; call with m.mu held.
+func (m *Model) forgetLive(i int) {
+	pr := &m.peer.reps[i]
+	for k := 0; k < len(pr.holders); {
+		s := pr.holders[k]
+		if s.inflight == 0 {
+			m.setLive(s, 0, 0) // moves the last holder to k
+			continue
+		}
+		k++
+	}
 }

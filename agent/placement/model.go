@@ -102,6 +102,9 @@ type Request struct {
 	arrived time.Time
 	// waited is how long it waited at the warden (seconds).
 	waited float64
+	// roomOn is 1 + the replica admission granted it room on after a wait
+	// (0: none); policy sticky places it there.
+	roomOn int
 }
 
 // Placement is the answer: where to send the request. Hand it back to Retry
@@ -375,7 +378,7 @@ func (m *Model) SetPolicy(p config.Policy) error {
 	}
 	m.mu.Lock()
 	m.setActive(p)
-	if p != config.PolicyCost {
+	if !admissionPolicy(p) {
 		m.releaseAllParked() // admission no longer decides: nobody waits
 	}
 	m.mu.Unlock()

@@ -238,7 +238,7 @@ func TestAdmitIsPlaceForOtherPoliciesAndModes(t *testing.T) {
 	for _, tc := range []struct {
 		policy config.Policy
 		mode   config.AdmissionMode
-	}{{config.PolicySticky, config.AdmissionQueue}, {config.PolicyCost, config.AdmissionSpill}, {config.PolicyCost, config.AdmissionOff}} {
+	}{{config.PolicyCacheAware, config.AdmissionQueue}, {config.PolicyStickyUntilSaturated, config.AdmissionQueue}, {config.PolicySticky, config.AdmissionSpill}, {config.PolicySticky, config.AdmissionOff}, {config.PolicyCost, config.AdmissionSpill}, {config.PolicyCost, config.AdmissionOff}} {
 		m := mustCostModel(t, tc.policy, 20_000)
 		if err := m.SetAdmission(config.AdmissionConfig{Mode: tc.mode}); err != nil {
 			t.Fatal(err)

@@ -7,9 +7,16 @@ package placement
 // is unhealthy (placed again and repinned); a request without a session id
 // goes to the least-loaded replica and pins nothing. A known conversation
 // whose prompt starts over goes by load (conversation.go, "Contexts that
-// start over"). With `spill_threshold: prefill` it also moves a turn off
+// start over"). It books every placement in the cost model (costmodel.go),
+// as the cost-aware policies do, so that what the cost model knows (the
+// prefill queued on each replica, where each conversation's cache is) is
+// there for whoever reads it: cache-capacity admission measures the live
+// context by it, and while admission is engaged a conversation that is not
+// live starts or resumes where its room is (policy_sticky_admission.go).
+// With `spill_threshold: prefill` (the default) it also moves a turn off
 // its replica when the prefill queued ahead of it there costs clearly more
-// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go).
+// than re-prefilling the conversation elsewhere (policy_sticky_prefill.go);
+// `auto` is the count alone.
 
 type stickyPolicy struct{}
 
@@ -20,9 +27,7 @@ func (stickyPolicy) pick(m *Model, _ uint64, _ Request) int { return m.leastLoad
 
 func (p stickyPolicy) place(m *Model, c conversation, pos int, r Request) Placement {
 	pl := p.decide(m, c, pos, r)
-	if m.cfg.SpillThreshold.Prefill {
-		m.stickyBook(pl, r)
-	}
+	m.stickyBook(pl, r)
 	return pl
 }
 
@@ -33,9 +38,18 @@ func (stickyPolicy) decide(m *Model, c conversation, pos int, r Request) Placeme
 	case h == 0:
 		return m.commit(m.leastLoaded(-1), KindUnaffined, 0, -1, now)
 	case pos < 0:
-		i := m.leastLoaded(-1)
+		i := m.stickyRoom(h, pos, r)
+		if i < 0 {
+			i = m.leastLoaded(-1)
+		}
 		pos = m.sessions.insert(c, i, now)
 		return m.commit(i, KindNew, h, pos, now)
+	case c.change == 0 || r.roomOn > 0:
+		if i := m.stickyRoom(h, pos, r); i >= 0 { // admission (policy_sticky_admission.go)
+			m.countStay(pos, i)
+			m.sessions.repin(pos, i)
+			return m.commit(i, KindRepinned, h, pos, now)
+		}
 	}
 	switch c.change {
 	case sideContext: // nothing of it is cached here: by load, the pin kept
@@ -53,7 +67,7 @@ func (stickyPolicy) decide(m *Model, c conversation, pos int, r Request) Placeme
 		return m.commit(i, KindRepinned, h, pos, now)
 	}
 	if m.reps[pinned].inFlight >= m.spillThreshold(pinned) {
-		if i := m.leastLoaded(pinned); i >= 0 {
+		if i := m.leastLoaded(pinned); i >= 0 && !m.countSpillCostsMore(h, pinned, i, r) {
 			m.moved++
 			return m.commit(i, KindSpilled, h, pos, now)
 		}

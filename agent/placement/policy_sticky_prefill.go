@@ -6,28 +6,38 @@ import (
 	"github.com/lmwarden/lmwarden/internal/least"
 )
 
-// Policy sticky's spill on queued prefill (`spill_threshold: prefill`).
-// The count of requests in flight says little about how long a turn waits
-// on its replica: an H200 batches 40 conversations, and one turn that adds
-// 100K new tokens to its context holds every turn behind it for seconds
-// while the replica's count stays far under the threshold. So sticky books
-// its placements in the cost model (costmodel.go: the prefill queued on
-// each replica, what LRU still holds of each conversation) and moves a
-// known conversation's turn when its predicted time to first token on its
-// own replica (the prefill queued ahead of it there plus its uncached
-// part) exceeds the best other replica's (that replica's queue plus the
-// whole prompt less the shared prefix: what moving costs) by
-// max(prefillSpillAbs, prefillSpillRel of its own). The conversation moves
-// with it: the replica that computed its latest turn holds its newest
-// context.
+// Policy sticky's spill on queued prefill (`spill_threshold: prefill`, the
+// default). The count of requests in flight says little about how long a
+// turn waits on its replica: an H200 batches 40 conversations, and one
+// turn that adds 100K new tokens to its context holds every turn behind it
+// for seconds while the replica's count stays far under the threshold. So
+// sticky reads the cost model it books its placements in (policy_sticky.go;
+// costmodel.go: the prefill queued on each replica, what LRU still holds of
+// each conversation) and moves a known conversation's turn when its
+// predicted time to first token on its own replica (the prefill queued
+// ahead of it there plus its uncached part) exceeds the best other
+// replica's (that replica's queue plus the whole prompt less the shared
+// prefix: what moving costs) by max(prefillSpillAbs, prefillSpillRel of
+// its own). The conversation moves with it: the replica that computed its
+// latest turn holds its newest context.
 //
 // The margin is wide on purpose. On the Mooncake trace at its saturating
 // speed (8 H200s), a move for a prediction 50% better (or 1 s) took 20% of
 // later turns off their replica and the hit rate fell from 95% to 86% of
-// what the replicas' caches allow; 70% better (or 3 s) moves 3% and keeps
+// what the replicas' caches allow; 60% (or 2 s) kept 89%, 70% (or 3 s)
 // 94%. Moving a long conversation re-prefills all of it, and where the
 // caches overflow that work is taken from everyone's throughput
 // (docs/notes/2026-12-06-conversations.md, "Spilling on queued prefill").
+// On the Claude Code workload 65% and 70% gave the same tail, pooled over
+// five seeds (docs/notes/2026-12-07-queued-prefill.md).
+//
+// Not while cache-capacity admission is engaged (the live conversations
+// outgrow the caches): then every move re-prefills a whole conversation
+// into a full cache, evicting someone else's, and admission already
+// decides where conversations start and resume (policy_sticky_admission.go).
+// On eight H200s at twice the cache, moving anyway cost 7.5% of output
+// tokens and 4 points of hit rate over five seeds; standing down, 2.6% and
+// 1.4 with the same tail (docs/notes/2026-12-07-queued-prefill.md).
 
 const (
 	prefillSpillAbs = 3.0 // seconds
@@ -40,6 +50,9 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 	s := m.peer.sessions[h]
 	if s == nil || s.replica != p || s.inflight > 0 || m.oversize(r) {
 		return -1 // the cost model does not know where its cache is, or a turn of it runs there
+	}
+	if m.peer.admission.engaged {
+		return -1 // the caches overflow: admission decides where conversations live (above)
 	}
 	now := r.Now.UnixNano()
 	prompt := m.promptTokens(r)
@@ -77,6 +90,34 @@ func (m *Model) stickyBook(p Placement, r Request) {
 	if p.Replica < 0 {
 		return
 	}
-	m.peerSweep(r.Now.UnixNano(), peerSweepStep)
-	m.book(p.SessionHash, p.Replica, r)
+	now := r.Now.UnixNano()
+	m.peerSweep(now, peerSweepStep)
+	if s := m.book(p.SessionHash, p.Replica, r); s != nil && m.peer.admission.engaged && m.admissionPlaces(r) {
+		m.keepWithin(p.Replica, s, now) // as pickBooked does
+	}
+}
+
+// countSpillCostsMore says whether the count threshold's spill of the
+// turn of conversation h from its replica p to replica to would be
+// predicted slower than staying (the prefill queued at p plus its
+// uncached part, against to's queue plus the whole prompt less the shared
+// prefix); with `spill_threshold: prefill` such a spill does not happen.
+// A replica with many requests in flight is not slow for a conversation
+// whose context is long: re-prefilling 150K tokens elsewhere takes longer
+// than most queues it would leave. On the Claude Code workload, ten seeds
+// pooled, this cut the TTFT p95 at twice the cache by 8% and 20% (four and
+// eight H200s) with 8% and 5% more output tokens
+// (docs/notes/2026-12-07-queued-prefill.md, "The count's spill, priced");
+// call with m.mu held.
+func (m *Model) countSpillCostsMore(h uint64, p, to int, r Request) bool {
+	if !m.cfg.SpillThreshold.Prefill || m.oversize(r) {
+		return false
+	}
+	s := m.peer.sessions[h]
+	if s == nil || s.replica != p {
+		return false // the cost model does not know where its cache is
+	}
+	now := r.Now.UnixNano()
+	prompt := m.promptTokens(r)
+	return m.predictTTFT(to, s, prompt, now) > m.predictTTFT(p, s, prompt, now)
 }

@@ -4,18 +4,17 @@ import (
 	"math"
 
 	"github.com/lmwarden/lmwarden/agent/adminapi"
-	"github.com/lmwarden/lmwarden/agent/config"
 )
 
 // What policy cost predicts, beside ModelStatus (GET /api/v1/models): the
 // numbers it learned and, per replica, the time to first token it would
 // predict now for a new session of the usual prompt size. Operators read it
-// to see why a session went where it went; only models on policy cost carry
-// it.
+// to see why a session went where it went; only models on a policy that
+// parks under admission (cost, sticky) carry it.
 
 // costStatus fills s's cost fields; call with m.mu held.
 func (m *Model) costStatus(s *adminapi.ModelStatus, now int64) {
-	if m.policy != config.PolicyCost {
+	if !admissionPolicy(m.policy) {
 		return
 	}
 	prompt := m.meanPromptTokens

@@ -91,7 +91,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", bench.DefaultRequestTimeout, "real runs: per-request timeout (simulated time with --speed)")
 	fs.StringVar(&f.out, "out", "", "directory for report.json, report.csv and the SVG plots (default out/bench-<time>)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", bench.DefaultPollInterval, "--virtual: how often replica stats reach the placement, as the warden's poller (simulated time)")
-	fs.StringVar(&f.admission, "admission", string(config.DefaultAdmission.Mode), "--virtual, policy cost: cache-capacity admission auto (waits at the warden only while the live context exceeds the caches), queue (always), spill (nobody waits) or off")
+	fs.StringVar(&f.admission, "admission", string(config.DefaultAdmission.Mode), "--virtual, policies cost and sticky: cache-capacity admission auto (waits at the warden only while the live context exceeds the caches), queue (always), spill (nobody waits) or off")
 	fs.DurationVar(&f.admissionTimeout, "admission-timeout", config.DefaultAdmission.Timeout, "--virtual: the longest a request waits at the warden (simulated)")
 	fs.Float64Var(&f.admissionFill, "admission-fill", config.DefaultAdmission.Fill, "--virtual: share of a replica's KV capacity its live sessions may hold (1.5: half again)")
 	fs.Float64Var(&f.admissionQuantum, "admission-quantum", config.DefaultAdmission.Quantum, "--virtual: how long a session keeps its room while others wait, in multiples of its own re-prefill time")

@@ -138,7 +138,7 @@ func printStatus(out io.Writer, models []adminapi.ModelStatus) {
 }
 
 // printAdmission adds a table of cache-capacity admission for the models
-// on policy cost: whether requests wait now, the live load, the parked
+// on policy cost or sticky: whether requests wait now, the live load, the parked
 // requests and their waits.
 func printAdmission(tw io.Writer, models []adminapi.ModelStatus) {
 	header := false

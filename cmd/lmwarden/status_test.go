@@ -56,12 +56,14 @@ func TestStatusPrintsModelAndReplicaTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := out.String()
-	for _, want := range []string{"MODEL", "AFFINITY", "STICKY", "HIT-RATE", "default", "127.0.0.1:18080", "100.0%", "sticky"} {
+	for _, want := range []string{"MODEL", "AFFINITY", "STICKY", "HIT-RATE", "default", "127.0.0.1:18080", "100.0%", "sticky", "ADMISSION"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status output lacks %q:\n%s", want, text)
 		}
 	}
-	if lines := strings.Count(text, "\n"); lines != 6 { // header, model, blank, header, 2 replicas
+	// header, model, blank, header, 2 replicas, blank, admission header and
+	// row (the default policy, sticky, runs under admission)
+	if lines := strings.Count(text, "\n"); lines != 9 {
 		t.Errorf("%d lines:\n%s", lines, text)
 	}
 }
