@@ -44,9 +44,8 @@ import (
 //     the A4000 profile counts like vLLM 0.26, a waiting request at every
 //     look-up, so one request held for blocks on one replica multiplies
 //     that replica's query counter and sinks the replicas' pooled rate
-//     (queries per prompt token of 7-10 where it fell 30 points, against
-//     1-3.5 otherwise) while the responses' rate held at 82-85%; both
-//     are in the table;
+//     (2026-12-07: the counters at 58.7% and 65.8% in two of five runs
+//     while the responses said 86.6% and 86.3%); both are in the table;
 //   - a host that drops off the network under load loses no request that
 //     started after the picker saw it down, and its conversations land
 //     on the other hosts.
