@@ -35,6 +35,8 @@
 # The whole script is one block, read before it runs: editing the file
 # while a run goes on (an hour) does not change that run.
 {
+# No `writer | head` or `writer | grep -q` below: under pipefail the
+# writer's SIGPIPE, when the reader exits first, fails them at random.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -52,7 +54,7 @@ mkdir -p "$OUT"
 # the VM: "passes", "fails its self-test", "does not load".
 datapath() {
 	local line
-	line=$(grep "^LMW-DP $1 " "$2" | head -1)
+	line=$(grep -m1 "^LMW-DP $1 " "$2" || true)
 	case $line in
 	*"rc=0 "*) echo "passes" ;;
 	*"self-test:"*) echo "loads, fails its self-test" ;;
@@ -64,7 +66,8 @@ datapath() {
 # row ABI SECS: the table's row for the run in $OUT/ABI (its console).
 row() {
 	local abi=$1 secs=$2 c=$OUT/$1/console.txt auto pass=0 fail=0 skip=0
-	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/p' "$c" | sed -n 's/^auto: //p' | head -1)
+	auto=$(sed -n '/^LMW-AUTO-BEGIN/,/^LMW-AUTO-END/{s/^auto: //p}' "$c")
+	auto=${auto%%$'\n'*}
 	while read -r _ _ _ p f s _; do
 		pass=$((pass + ${p#pass=})) fail=$((fail + ${f#fail=})) skip=$((skip + ${s#skip=}))
 	done < <(grep '^LMW-RESULT' "$c" || true)
@@ -126,7 +129,7 @@ aptopts=(-o "Dir::Etc::SourceList=$APT/etc/sources.list" -o Dir::Etc::SourcePart
 	-o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Dir::State::status=$APT/status"
 	-o APT::Sandbox::User=root -o Debug::NoLocking=1 -o Acquire::Retries=3)
 if ! cmp -s "$APT/etc/sources.list.new" "$APT/etc/sources.list" 2>/dev/null ||
-	[ -z "$(find "$APT/lists" -name '*Packages*' -mmin -720 2>/dev/null | head -1)" ]; then
+	[ -z "$(find "$APT/lists" -name '*Packages*' -mmin -720 -print -quit 2>/dev/null)" ]; then
 	mv "$APT/etc/sources.list.new" "$APT/etc/sources.list"
 	echo "kernels: apt-get update (private state in $APT)"
 	apt-get "${aptopts[@]}" update -qq
@@ -140,7 +143,9 @@ if [ -n "${KERNEL_PKGS:-}" ]; then
 else
 	for s in $SUITES; do
 		v=$(apt-cache "${aptopts[@]}" -o "APT::Default-Release=$s" policy linux-image-cloud-amd64 | awk '/Candidate:/ {print $2}')
-		p=$(apt-cache "${aptopts[@]}" show "linux-image-cloud-amd64=$v" | sed -n 's/^Depends:.*\(linux-image-[^ ]*-cloud-amd64\) .*/\1/p' | head -1)
+		meta=$(apt-cache "${aptopts[@]}" show "linux-image-cloud-amd64=$v")
+		p=$(sed -n 's/^Depends:.*\(linux-image-[^ ]*-cloud-amd64\) .*/\1/p' <<<"$meta")
+		p=${p%%$'\n'*}
 		[ -n "$p" ] || { echo "kernels: no cloud kernel in $s" >&2; exit 1; }
 		pkgs+=("$p")
 	done
@@ -156,14 +161,21 @@ unpack() {
 	if [ ! -e "$dir/ok" ]; then
 		rm -rf "$dir"
 		mkdir -p "$dir/dl" "$dir/x"
-		local extra=()
-		if apt-cache "${aptopts[@]}" show "$pkg" | grep -q "linux-binary-$abi"; then
+		local extra=() meta
+		# Read the record whole first: `apt-cache show | grep -q` fails
+		# under pipefail whenever grep exits before apt-cache has written
+		# everything (SIGPIPE), which left 7.3.4's kernel out at random.
+		meta=$(apt-cache "${aptopts[@]}" show "$pkg")
+		if grep -q "linux-binary-$abi" <<<"$meta"; then
 			extra=("linux-binary-$abi" "linux-modules-$abi")
 		fi
 		(cd "$dir/dl" && apt-get "${aptopts[@]}" download -qq "$pkg" "${extra[@]}")
 		for d in "$dir"/dl/*.deb; do dpkg -x "$d" "$dir/x"; done
 		rm -rf "$dir/dl"
-		touch "$dir/ok"
+		# Only a kernel that unpacked whole is kept for the next run.
+		if ls "$dir"/x/boot/vmlinuz-* "$dir"/x/usr/lib/modules/*/vmlinuz >/dev/null 2>&1; then
+			touch "$dir/ok"
+		fi
 	fi
 	echo "$dir/x"
 }
