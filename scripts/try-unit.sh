@@ -61,7 +61,7 @@ for s in 1 2 3; do
 	inside curl -sf http://127.0.0.1:8000/v1/messages -H 'content-type: application/json' -H "X-Session-Id: try-$s" \
 		-d '{"model":"qwen3-4b","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}' >/dev/null
 done
-inside systemctl status lmwarden --no-pager | head -12
+inside systemctl status lmwarden --no-pager | sed -n 1,12p # reads it all: no SIGPIPE under pipefail
 inside systemctl show lmwarden -p Type -p StatusText -p WatchdogUSec -p User -p NRestarts
 inside systemd-analyze security lmwarden | tail -1
 inside journalctl -u lmwarden --no-pager -b | grep -E 'datapath|serving' | cut -c1-240
