@@ -99,7 +99,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.describe, "describe", false, "--workload claude-code: print what the workload generates beside the published figures (2,000 sessions on paper, at --max-context or the profile's context) and exit")
 	fs.IntVar(&f.maxContext, "max-context", 0, "the model's context in tokens, where long sessions compact (default: the profile's with --virtual, else max_model_len of the target's /v1/models)")
 	fs.BoolVar(&f.trace, "trace", false, "--virtual: also write every poll and request (trace_*.csv), trace.md and per-window queue/TTFT plots into --out")
-	fs.StringVar(&f.spillThreshold, "spill-threshold", "", "--virtual: the warden's spill threshold, requests in flight, auto or prefill (default: the warden's default, auto)")
+	fs.StringVar(&f.spillThreshold, "spill-threshold", "", "--virtual: the warden's spill threshold, requests in flight, auto or prefill (default: the warden's default, prefill)")
 	fs.BoolVar(&f.agentKey, "agent-key", true, "--virtual: a request with an agent header (a subagent) is a conversation of its own, as the warden's default agent_headers; =false keys it by its session alone")
 	fs.BoolVar(&f.bodyKey, "body-key", true, "--virtual: a request without a session header is keyed by its body's start, as the warden's default body_key; =false places it by load")
 	f.registerReplay(fs)
