@@ -203,7 +203,7 @@ func (p *Pool) WriteTable(w io.Writer, baseline string, boot int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "### %s\n\n", step)
+		fmt.Fprintf(&b, "### %s%s\n\n", step, p.sized(step))
 		fmt.Fprintf(&b, "%d replicas, profile %s, workload %s, %g-minute windows; every measured turn of every seed pooled (nearest-rank percentiles); "+
 			"ratios to %s on the seeds both have, [5th, 95th] percentile of %d bootstrap resamples of those seeds.\n\n",
 			c.Replicas, c.Profile, c.Workload, c.StepSeconds/60, baseline, boot)
@@ -223,4 +223,29 @@ func (p *Pool) WriteTable(w io.Writer, baseline string, boot int) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// sized says how the runs sized a step stated as a load: " (23-27
+// sessions)"; "" for any other step, whose label holds its size.
+func (p *Pool) sized(step string) string {
+	lo, hi := math.MaxInt, 0
+	for _, g := range p.Groups {
+		for _, r := range g.Runs {
+			if t := r.Steps[step]; t != nil && t.Step.CacheLoad > 0 && t.Step.ReplaySpeed == 0 {
+				n := t.Step.Sessions
+				if t.Step.Open() {
+					n = 0 // an open loop's rate varies by seed too; not summed up here
+				}
+				lo, hi = min(lo, n), max(hi, n)
+			}
+		}
+	}
+	switch {
+	case hi == 0:
+		return ""
+	case lo == hi:
+		return fmt.Sprintf(" (%d sessions)", lo)
+	default:
+		return fmt.Sprintf(" (%d-%d sessions)", lo, hi)
+	}
 }

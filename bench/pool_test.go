@@ -132,6 +132,10 @@ func TestPoolPooledPercentilesAndPairedRatio(t *testing.T) {
 			t.Errorf("%s: p95 %+v output %+v, want 2 [2, 2] and 0.5 [0.5, 0.5] on 2 seeds", r.Label, r.TTFTP95Ratio, r.Output)
 		}
 	}
+	var sb strings.Builder
+	if err := p.WriteTable(&sb, "", 10); err != nil || !strings.HasPrefix(sb.String(), "### 1x (21-30 sessions)\n") {
+		t.Errorf("table heading (%v):\n%s", err, sb.String())
+	}
 	if b3.Seeds != 3 || b3.OutputPerMin != (300+300+1000000)/3.0/2 {
 		t.Errorf("b3: %d seeds, output a minute %v", b3.Seeds, b3.OutputPerMin)
 	}
