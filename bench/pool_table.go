@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// PoolSlowTTFT is the TTFT past which a turn counts as one a user gives up
-// on waiting for ("turns over 20 s a seed").
+// PoolSlowTTFT is the TTFT past which a turn counts as slow in the
+// pooled table ("turns > 20 s a seed"): the tail the p99 summarizes, as a
+// count a reader can compare across groups.
 const PoolSlowTTFT = 20.0
 
 // DefaultPoolBoot is how many bootstrap resamples of the seeds a row gets.
