@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -312,7 +313,7 @@ func (t *PoolTurns) add(get func(string) string) error {
 		return nil // warm-up, or cut by the window's close
 	}
 	t.Turns++
-	if ttft == ttft { // not NaN
+	if !math.IsNaN(ttft) {
 		t.TTFT = append(t.TTFT, ttft)
 	}
 	t.Completion = append(t.Completion, done-sent)

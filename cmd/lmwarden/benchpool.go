@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/lmwarden/lmwarden/bench"
 )
@@ -45,21 +46,17 @@ func runBenchPool(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := pool.WriteTable(os.Stdout, *baseline, *boot); err != nil {
+	var table strings.Builder
+	if err := pool.WriteTable(&table, *baseline, *boot); err != nil {
+		return err
+	}
+	if _, err := os.Stdout.WriteString(table.String()); err != nil {
 		return err
 	}
 	if *out == "" {
 		return nil
 	}
-	fh, err := os.Create(*out)
-	if err != nil {
-		return err
-	}
-	if err := pool.WriteTable(fh, *baseline, *boot); err != nil {
-		fh.Close()
-		return err
-	}
-	return fh.Close()
+	return os.WriteFile(*out, []byte(table.String()), 0o644)
 }
 
 // parseInterleaved parses flags given before, between or after the
