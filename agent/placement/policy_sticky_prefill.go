@@ -88,6 +88,9 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 // call with m.mu held.
 func (m *Model) predictStay(p int, s *peerSession, prompt float64, now int64) float64 {
 	t := m.predictTTFT(p, s, prompt, now)
+	if m.peer.admission.loadAvg >= 1 {
+		return t // every replica evicts: moving re-prefills the turn elsewhere too (above)
+	}
 	lost := math.Max(0, prompt-m.heldAtRun(s, now)) - math.Max(0, prompt-m.held(s))
 	return t + lost/m.prefillRate(p)
 }

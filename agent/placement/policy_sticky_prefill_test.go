@@ -198,3 +198,32 @@ func TestStickyPrefillCountsWhatItsReplicaWillHaveEvicted(t *testing.T) {
 		})
 	}
 }
+
+// With the live contexts over the caches' total (the live load's average
+// at 1.1: every replica evicts, admission not yet engaged), the same turn
+// as above, which its replica will have evicted by the time it runs, stays:
+// moving it re-prefills it on a replica that evicts too, so the time at
+// home is predicted with what LRU holds now. The average is set by hand:
+// in a fresh model the sessions' liveness lapses within seconds, and the
+// average takes minutes to climb.
+func TestStickyPrefillKeepsTheTurnWhenEveryReplicaEvicts(t *testing.T) {
+	for _, load := range []float64{0.9, 1.1} {
+		t.Run(fmt.Sprint("live load ", load), func(t *testing.T) {
+			m := prefillModel(t, config.DefaultModel("m").SpillThreshold)
+			turn(t, m, "c", 910_000, 0, false)
+			turn(t, m, "b", 1_000, time.Second, false)
+			turn(t, m, "c", 920_000, 1500*time.Millisecond, true)
+			turn(t, m, "a", 36_000, 2*time.Second, false)
+			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(5*time.Second))
+			turn(t, m, "b", 101_000, 10*time.Second, true)
+			m.peer.admission.loadAvg = load
+			p := turn(t, m, "a", 36_200, 11*time.Second, false)
+			if m.peer.admission.engaged {
+				t.Fatalf("admission engaged at an average live load of %.2f", m.peer.admission.loadAvg)
+			}
+			if moved, want := p.Replica == 1, load < 1; moved != want {
+				t.Fatalf("a's turn at a live load of %.2f went to %d (%v), want moved=%v", m.peer.admission.loadAvg, p.Replica, p.Kind, want)
+			}
+		})
+	}
+}
