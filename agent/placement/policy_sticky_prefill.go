@@ -84,12 +84,17 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 // four conversations of 110K-200K on one replica were predicted cached
 // (203,829 held of a 203,730-token prompt) while they re-prefilled
 // 89K-182K each there, queued behind one another for 44-74 s
-// (docs/notes/2026-12-07-queued-prefill.md, "A replica that thrashes");
-// call with m.mu held.
+// (docs/notes/2026-12-07-queued-prefill.md, "A replica that thrashes").
+// Only while the live contexts fit the caches' total (admission's live
+// load, averaged, under 1): then a replica that evicts is a local
+// imbalance a move fixes. Over it every replica evicts, and moving the
+// turn re-prefills it elsewhere too, taking the work from everyone's
+// output; there the prediction keeps what LRU holds now. Call with
+// m.mu held.
 func (m *Model) predictStay(p int, s *peerSession, prompt float64, now int64) float64 {
 	t := m.predictTTFT(p, s, prompt, now)
 	if m.peer.admission.loadAvg >= 1 {
-		return t // every replica evicts: moving re-prefills the turn elsewhere too (above)
+		return t // every replica evicts (above)
 	}
 	lost := math.Max(0, prompt-m.heldAtRun(s, now)) - math.Max(0, prompt-m.held(s))
 	return t + lost/m.prefillRate(p)
