@@ -203,10 +203,17 @@ func (pr *peerRep) dropHolder(s *peerSession) {
 // than liveIdle (their rooms free for others).
 func (m *Model) expireLive(i int, now int64) {
 	idle := m.liveIdle()
+	m.endLiveWhere(i, now, func(s *peerSession) bool {
+		return s.inflight == 0 && !s.leaving && now-max(s.lastEnd, s.lastPlace) > idle
+	})
+}
+
+// endLiveWhere ends the liveness of the conversations live on replica i
+// for which ends says so; call with m.mu held.
+func (m *Model) endLiveWhere(i int, now int64, ends func(*peerSession) bool) {
 	pr := &m.peer.reps[i]
 	for k := 0; k < len(pr.holders); {
-		s := pr.holders[k]
-		if s.inflight == 0 && !s.leaving && now-max(s.lastEnd, s.lastPlace) > idle {
+		if s := pr.holders[k]; ends(s) {
 			m.setLive(s, 0, now) // moves the last holder to k
 			continue
 		}

@@ -100,13 +100,5 @@ func (m *Model) unhealthyReason(i int) string {
 // them, and rooms counted for them would keep admission engaged and steer
 // new conversations off replicas that are empty; call with m.mu held.
 func (m *Model) forgetLive(i int) {
-	pr := &m.peer.reps[i]
-	for k := 0; k < len(pr.holders); {
-		s := pr.holders[k]
-		if s.inflight == 0 {
-			m.setLive(s, 0, 0) // moves the last holder to k
-			continue
-		}
-		k++
-	}
+	m.endLiveWhere(i, 0, func(s *peerSession) bool { return s.inflight == 0 })
 }

@@ -48,8 +48,8 @@ const (
 // prefillSpill returns where the turn of conversation h, pinned on replica
 // p, should go instead, or -1 to stay; call with m.mu held.
 func (m *Model) prefillSpill(h uint64, p int, r Request) int {
-	s := m.peer.sessions[h]
-	if s == nil || s.replica != p || s.inflight > 0 || m.oversize(r) {
+	s := m.cachedOn(h, p, r)
+	if s == nil || s.inflight > 0 {
 		return -1 // the cost model does not know where its cache is, or a turn of it runs there
 	}
 	if m.peer.admission.engaged {
@@ -135,14 +135,25 @@ func (m *Model) stickyBook(p Placement, r Request) {
 // (docs/notes/2026-12-07-queued-prefill.md, "The count's spill, priced");
 // call with m.mu held.
 func (m *Model) countSpillCostsMore(h uint64, p, to int, r Request) bool {
-	if !m.cfg.SpillThreshold.Prefill || m.oversize(r) {
+	if !m.cfg.SpillThreshold.Prefill {
 		return false
 	}
-	s := m.peer.sessions[h]
-	if s == nil || s.replica != p {
+	s := m.cachedOn(h, p, r)
+	if s == nil {
 		return false // the cost model does not know where its cache is
 	}
 	now := r.Now.UnixNano()
 	prompt := m.promptTokens(r)
 	return m.predictTTFT(to, s, prompt, now) > m.predictTTFT(p, s, prompt, now)
+}
+
+// cachedOn is conversation h's cost-model record when it places h's cache
+// on replica p and r's prompt fits some cache, else nil: the two spills
+// above predict a turn's time at home only then; call with m.mu held.
+func (m *Model) cachedOn(h uint64, p int, r Request) *peerSession {
+	s := m.peer.sessions[h]
+	if s == nil || s.replica != p || m.oversize(r) {
+		return nil
+	}
+	return s
 }
