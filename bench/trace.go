@@ -132,6 +132,11 @@ const (
 	TraceRequestsCSV = "trace_requests.csv"
 )
 
+// traceRequestsHeader is trace_requests.csv's header; ReadPool reads the
+// columns back by these names (pool.go).
+var traceRequestsHeader = []string{"sessions", "arm", "session", "turn", "replica", "kind", "sent_s", "ttft_s",
+	"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s", "cut"}
+
 // Write puts the trace as two CSV files into dir.
 func (t *TraceRecorder) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -139,8 +144,7 @@ func (t *TraceRecorder) Write(dir string) error {
 	}
 	polls := [][]string{{"sessions", "arm", "t_s", "replica", "running", "waiting", "kv_usage",
 		"prompt_tokens", "prefix_queries", "prefix_hits", "preemptions", "generation_tokens"}}
-	reqs := [][]string{{"sessions", "arm", "session", "turn", "replica", "kind", "sent_s", "ttft_s",
-		"done_s", "prompt_tokens", "cached_tokens", "output_tokens", "parked_s", "cut"}}
+	reqs := [][]string{traceRequestsHeader}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, w := range t.Windows {
 		head := []string{w.Step.String(), w.Arm}
