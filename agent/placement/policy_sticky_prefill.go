@@ -15,7 +15,8 @@ import (
 // costmodel.go: the prefill queued on each replica, what LRU still holds of
 // each conversation) and moves a known conversation's turn when its
 // predicted time to first token on its own replica (the prefill queued
-// ahead of it there plus its uncached part) exceeds the best other
+// ahead of it there plus the part of it not cached there by the time it
+// runs, predictStay) exceeds the best other
 // replica's (that replica's queue plus the whole prompt less the shared
 // prefix: what moving costs) by max(prefillSpillAbs, prefillSpillRel of
 // its own). The conversation moves with it: the replica that computed its
@@ -56,7 +57,7 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 	}
 	now := r.Now.UnixNano()
 	prompt := m.promptTokens(r)
-	stay := m.predictTTFT(p, s, prompt, now)
+	stay := m.predictStay(p, s, prompt, now)
 	ts := m.peerScratch()
 	bestT := math.Inf(1)
 	for i := range m.reps {
@@ -73,6 +74,41 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 	return least.By(&m.start, len(m.reps), func(i int) (float64, bool) {
 		return m.load(i), ts[i] <= bestT+slack
 	})
+}
+
+// heldAtRunBelow is the live load under which predictStay counts what a
+// turn's replica will have evicted of it. Forty seeds a cell (four and
+// eight H200s, 1x and 2x the cache; docs/notes/2026-12-07-forty-seeds.md):
+// under 1 the TTFT p95 on four replicas at 1x fell 12% but on eight at 2x
+// rose 17%, with output −2% at 2x: in a 2x run the live load climbs
+// through 0.8-1 during the first minutes, and the moves made then cost the
+// rest of the run. Under 0.8 the 1x gain stays (p95 −12%, p99 −12%) and 2x
+// is within noise (p95 1.00x and 1.06x, output 0.99x); under 0.7 the 1x
+// gain is gone (p95 −3%).
+const heldAtRunBelow = 0.8
+
+// predictStay is predictTTFT of conversation s's turn on its own replica
+// p, counting what p will have evicted of it by the time the turn runs
+// (heldAtRun): held, taken when its last turn ended, does not see the
+// prefill queued ahead of it since nor the contexts in flight there, which
+// take its blocks while it waits. On four H200s at 1x the cache (seed 8)
+// four conversations of 110K-200K on one replica were predicted cached
+// (203,829 held of a 203,730-token prompt) while they re-prefilled
+// 89K-182K each there, queued behind one another for 44-74 s
+// (docs/notes/2026-12-07-queued-prefill.md, "A replica that thrashes").
+// Only while the live contexts fill under heldAtRunBelow of the caches'
+// total (admission's live load, averaged): then a replica that evicts is a
+// local imbalance a move fixes. Near or over the total every replica
+// evicts, and moving the turn re-prefills it elsewhere too, taking the
+// work from everyone's output; there the prediction keeps what LRU holds
+// now. Call with m.mu held.
+func (m *Model) predictStay(p int, s *peerSession, prompt float64, now int64) float64 {
+	t := m.predictTTFT(p, s, prompt, now)
+	if m.peer.admission.loadAvg >= heldAtRunBelow {
+		return t // every replica evicts, or soon will (above)
+	}
+	lost := math.Max(0, prompt-m.heldAtRun(s, now)) - math.Max(0, prompt-m.held(s))
+	return t + lost/m.prefillRate(p)
 }
 
 // peerScratch is a per-replica slice to reuse; call with m.mu held.

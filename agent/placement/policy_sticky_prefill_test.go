@@ -160,3 +160,71 @@ func TestStickyPrefillPricesTheCountsSpill(t *testing.T) {
 		})
 	}
 }
+
+// The time at home counts what the replica will have evicted of the
+// conversation by the time its turn runs (heldAtRun), not what LRU holds
+// of it now. Conversation c's turn of 920K went into flight on replica 0
+// just before a's turn (36K) there, and runs on (a long reply). Then b
+// queues 100K tokens of prefill there (25 s at the prior rate). LRU
+// counts c's blocks as older than a's, to be evicted first, and predicts
+// a cached; but c's blocks are referenced while it runs, so b's prefill
+// takes a's, and a re-prefills all of it at home (25 s + 9 s) or on the
+// idle replica (9 s): better than max(3 s, 70%), it moves. Counting a as
+// cached at home (25 s against 9 s) it stayed. With c's turn over before
+// a's, c's blocks are free to take and a keeps its cache: it stays.
+func TestStickyPrefillCountsWhatItsReplicaWillHaveEvicted(t *testing.T) {
+	for _, cRuns := range []bool{true, false} {
+		t.Run(fmt.Sprint("c runs ", cRuns), func(t *testing.T) {
+			m := prefillModel(t, config.DefaultModel("m").SpillThreshold)
+			turn(t, m, "c", 910_000, 0, false)
+			turn(t, m, "b", 1_000, time.Second, false)
+			turn(t, m, "c", 920_000, 1500*time.Millisecond, cRuns)
+			turn(t, m, "a", 36_000, 2*time.Second, false)
+			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(5*time.Second))
+			turn(t, m, "b", 101_000, 10*time.Second, true)
+			s := m.peer.sessions[m.HashSession("a")]
+			now := epoch.Add(11 * time.Second).UnixNano()
+			if held := m.held(s); held < 36_000 {
+				t.Fatalf("LRU holds %.0f of a, want all of its 36K", held)
+			}
+			atRun := m.heldAtRun(s, now)
+			if lost := atRun < 1_000; lost != cRuns {
+				t.Fatalf("replica 0 holds %.0f of a by the time it runs, want lost=%v", atRun, cRuns)
+			}
+			p := turn(t, m, "a", 36_200, 11*time.Second, false)
+			if moved := p.Replica == 1; moved != cRuns {
+				t.Fatalf("a's turn (%.0f of 36K held at home by the time it runs, 100K queued ahead) went to %d (%v), want moved=%v", atRun, p.Replica, p.Kind, cRuns)
+			}
+		})
+	}
+}
+
+// With the live contexts near the caches' total (the live load's average
+// at 0.9, at or over heldAtRunBelow: every replica evicts or soon will,
+// admission not engaged), the same turn as above, which its replica will
+// have evicted by the time it runs, stays: moving it re-prefills it on a
+// replica that evicts too, so the time at home is predicted with what LRU
+// holds now. At 0.7 it moves. The average is set by hand: in a fresh model
+// the sessions' liveness lapses within seconds, and the average takes
+// minutes to climb.
+func TestStickyPrefillKeepsTheTurnWhenEveryReplicaEvicts(t *testing.T) {
+	for load, want := range map[float64]bool{0.7: true, 0.9: false} {
+		t.Run(fmt.Sprint("live load ", load), func(t *testing.T) {
+			m := prefillModel(t, config.DefaultModel("m").SpillThreshold)
+			turn(t, m, "c", 910_000, 0, false)
+			turn(t, m, "b", 1_000, time.Second, false)
+			turn(t, m, "c", 920_000, 1500*time.Millisecond, true)
+			turn(t, m, "a", 36_000, 2*time.Second, false)
+			m.ObserveReplica(1, ReplicaMetrics{Healthy: true, KVCapacityTokens: 1_000_000}, epoch.Add(5*time.Second))
+			turn(t, m, "b", 101_000, 10*time.Second, true)
+			m.peer.admission.loadAvg = load
+			p := turn(t, m, "a", 36_200, 11*time.Second, false)
+			if m.peer.admission.engaged {
+				t.Fatalf("admission engaged at an average live load of %.2f", m.peer.admission.loadAvg)
+			}
+			if moved := p.Replica == 1; moved != want {
+				t.Fatalf("a's turn at a live load of %.2f went to %d (%v), want moved=%v", m.peer.admission.loadAvg, p.Replica, p.Kind, want)
+			}
+		})
+	}
+}
