@@ -82,9 +82,9 @@ func (m *Model) prefillSpill(h uint64, p int, r Request) int {
 // under 1 the TTFT p95 on four replicas at 1x fell 12% but on eight at 2x
 // rose 17%, with output −2% at 2x: in a 2x run the live load climbs
 // through 0.8-1 during the first minutes, and the moves made then cost the
-// rest of the run. Under 0.8 the 1x gain stays (p95 −12%, p99 −12%) and 2x
-// is within noise (p95 1.00x and 1.06x, output 0.99x); under 0.7 the 1x
-// gain is gone (p95 −3%).
+// rest of the run. Under 0.8 the 1x gain stays (p95 −12%, p99 −12%;
+// −9% and −6% over sixty seeds) and 2x is within noise (p95 1.00x and
+// 1.06x, output 0.99x); under 0.7 the 1x gain is gone (p95 −3%).
 const heldAtRunBelow = 0.8
 
 // predictStay is predictTTFT of conversation s's turn on its own replica

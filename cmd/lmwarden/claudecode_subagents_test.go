@@ -28,7 +28,7 @@ import (
 
 func TestClaudeCodeSubagentsAreConversationsOfTheirOwnUserDatapath(t *testing.T) {
 	bin := claudeBinary(t)
-	runClaudeCodeSubagents(t, bin, freeAddr(t), freeAddr(t), "user")
+	runClaudeCodeSubagents(t, bin, "", "", "user")
 }
 
 func TestClaudeCodeSubagentsAreConversationsOfTheirOwnKernelDatapath(t *testing.T) {
@@ -51,6 +51,10 @@ type ccConversation struct {
 	requests []sim.RequestRecord
 }
 
+// runClaudeCodeSubagents runs the CLI through a warden in front of four
+// simulated replicas. An empty front or admin takes a free loopback port
+// once the replicas listen: picked before, the port a replica gets could be
+// the one just freed for the frontend, and serve refuses that layout.
 func runClaudeCodeSubagents(t *testing.T, bin, front, admin, datapath string, serveFlags ...string) {
 	var mu sync.Mutex
 	var records []sim.RequestRecord
@@ -71,6 +75,12 @@ func runClaudeCodeSubagents(t *testing.T, bin, front, admin, datapath string, se
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sv.Close() })
+	if front == "" {
+		front = freeAddr(t)
+	}
+	if admin == "" {
+		admin = freeAddr(t)
+	}
 	args := append([]string{"--listen", front, "--admin", admin, "--datapath", datapath}, serveFlags...)
 	w := mustServe(t, append(args, replicaFlags(sv.URLs())...)...)
 
