@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 )
@@ -102,58 +101,12 @@ func (p *Pool) Rows(step, baseline string, boot int) ([]PoolRow, error) {
 	return rows, nil
 }
 
-// bootRatios is g over base, pooled TTFT p95 and output, on the seeds both
-// have, with a bootstrap over those seeds: resample them with replacement,
-// the same draw for both groups (they are paired), boot times. The random
-// source is fixed so that a table is reproducible.
-func bootRatios(base, g *PoolGroup, step string, boot int) (p95, out PoolInterval) {
-	var common []uint64
-	for _, s := range g.Seeds() {
-		if _, ok := base.Runs[s]; ok {
-			common = append(common, s)
-		}
-	}
-	if len(common) == 0 {
-		return PoolInterval{Point: math.NaN()}, PoolInterval{Point: math.NaN()}
-	}
-	stat := func(seeds []uint64) (float64, float64) {
-		b, x := base.pooled(step, seeds), g.pooled(step, seeds)
-		return pctUnsorted(x.TTFT, 95) / pctUnsorted(b.TTFT, 95), float64(x.Output) / float64(b.Output)
-	}
-	p95.Point, out.Point = stat(common)
-	p95.Seeds, out.Seeds = len(common), len(common)
-	rng := rand.New(rand.NewPCG(1, 2))
-	var p95s, outs []float64
-	draw := make([]uint64, len(common))
-	for range boot {
-		for i := range draw {
-			draw[i] = common[rng.IntN(len(common))]
-		}
-		a, b := stat(draw)
-		if !math.IsNaN(a) && !math.IsInf(a, 0) {
-			p95s = append(p95s, a)
-		}
-		if !math.IsNaN(b) && !math.IsInf(b, 0) {
-			outs = append(outs, b)
-		}
-	}
-	p95.Lo, p95.Hi = Percentile(p95s, 5), Percentile(p95s, 95)
-	out.Lo, out.Hi = Percentile(outs, 5), Percentile(outs, 95)
-	return p95, out
-}
-
 // pct is Percentile of an already sorted slice (NaN when empty).
 func pct(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return math.NaN()
 	}
 	return percentileSorted(sorted, p)
-}
-
-// pctUnsorted sorts xs in place (a pooled copy) and takes its percentile.
-func pctUnsorted(xs []float64, p float64) float64 {
-	slices.Sort(xs)
-	return pct(xs, p)
 }
 
 // sortedAtMost is how many of the sorted xs are <= v.

@@ -246,3 +246,36 @@ func TestParsePoolSpec(t *testing.T) {
 		}
 	}
 }
+
+// A resample as seed weights gives what pooling the drawn seeds' turns and
+// taking Percentile gives, ties and empty seeds included.
+func TestPoolWeightedPercentileIsPooledPercentile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	g := &PoolGroup{Runs: map[uint64]*PoolRun{}}
+	var seeds []uint64
+	for s := uint64(1); s <= 6; s++ {
+		x := &PoolTurns{}
+		for range rng.IntN(30) { // seed 1..6 with 0-29 turns, values from a few levels
+			x.TTFT = append(x.TTFT, float64(rng.IntN(12)))
+		}
+		g.Runs[s] = &PoolRun{Seed: s, Steps: map[string]*PoolTurns{"1x": x}}
+		seeds = append(seeds, s)
+	}
+	w := newWeightedPool(g, "1x", seeds)
+	for range 200 {
+		weights := make([]int, len(seeds))
+		var drawn []uint64
+		for range seeds {
+			i := rng.IntN(len(seeds))
+			weights[i]++
+			drawn = append(drawn, seeds[i])
+		}
+		pooled := g.pooled("1x", drawn).TTFT
+		for _, p := range []float64{5, 50, 95, 99} {
+			got, want := w.percentile(weights, p), Percentile(pooled, p)
+			if got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+				t.Fatalf("weights %v p%v: %v, pooled %v", weights, p, got, want)
+			}
+		}
+	}
+}
