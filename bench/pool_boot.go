@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -75,15 +76,7 @@ func newWeightedPool(g *PoolGroup, step string, seeds []uint64) *weightedPool {
 		}
 		w.turns[i], w.tokens[i] = len(t.TTFT), t.Output
 	}
-	slices.SortStableFunc(all, func(a, b val) int {
-		switch {
-		case a.v < b.v:
-			return -1
-		case a.v > b.v:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(all, func(a, b val) int { return cmp.Compare(a.v, b.v) })
 	for _, x := range all {
 		w.ttft, w.seed = append(w.ttft, x.v), append(w.seed, x.seed)
 	}
