@@ -153,7 +153,7 @@ type Shim struct {
 
 	closing  atomic.Bool
 	mu       sync.Mutex
-	lns      map[*net.TCPListener]struct{}
+	lns      map[*net.TCPListener]chan struct{} // closed when its accept loop has ended
 	conns    map[*datapath.Conn]*connState
 	armed    map[*exchange]struct{} // exchanges a ResponseCarrier may carry
 	inflight map[*exchange]struct{} // exchanges placed and not ended (the stall check)
@@ -177,7 +177,7 @@ func NewShim(m Placer, opts Options) *Shim {
 	return &Shim{
 		placer: m, opts: opts, dp: opts.Datapath, caps: opts.Datapath.Capabilities(), pool: opts.Upstreams,
 		log:       opts.Logger.With("model", m.Name()),
-		lns:       map[*net.TCPListener]struct{}{},
+		lns:       map[*net.TCPListener]chan struct{}{},
 		conns:     map[*datapath.Conn]*connState{},
 		armed:     map[*exchange]struct{}{},
 		inflight:  map[*exchange]struct{}{},
@@ -198,14 +198,24 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 		ln.Close()
 		return ErrShimClosed
 	}
-	s.lns[ln] = struct{}{}
+	done := make(chan struct{})
+	s.lns[ln] = done
 	s.mu.Unlock()
+	defer func() {
+		ln.Close()
+		close(done)
+	}()
 	s.stallOnce.Do(func() { go s.watchStalls(s.stallDone) })
 	var backoff time.Duration
 	for {
 		c, err := ln.AcceptTCP()
 		if err != nil {
 			if s.closing.Load() {
+				// The drain's linger passed (l7/intake.go); whatever is
+				// still queued (this loop ran late) is served too.
+				for _, c := range acceptQueued(ln, s.log) {
+					s.take(c)
+				}
 				return ErrShimClosed
 			}
 			var ne net.Error
@@ -218,27 +228,32 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 			return err
 		}
 		backoff = 0
-		cc := datapath.NewConn(c)
-		lim, bound := s.opts.Limits.admit(cc, remoteAddr(c))
-		if lim == nil {
-			s.wg.Add(1)
-			go s.refuse(cc, bound)
-			continue
-		}
-		s.mu.Lock()
 		if s.closing.Load() {
-			s.mu.Unlock()
-			s.opts.Limits.release(lim)
-			c.Close()
-			return ErrShimClosed
+			// Taken from the queue by the drain: served, and the next
+			// queued one may follow.
+			_ = ln.SetDeadline(s.lingerDeadline())
 		}
-		s.conns[cc] = &connState{idle: true, lim: lim}
-		s.opts.Limits.setPhase(lim, phaseIdle)
-		s.wg.Add(1)
-		s.mu.Unlock()
-		s.stats.conns.Add(1)
-		go s.serveConn(cc)
+		s.take(c)
 	}
+}
+
+// take admits an accepted connection within the connection bounds and
+// serves it, or refuses it with 503.
+func (s *Shim) take(c *net.TCPConn) {
+	cc := datapath.NewConn(c)
+	lim, bound := s.opts.Limits.admit(cc, remoteAddr(c))
+	if lim == nil {
+		s.wg.Add(1)
+		go s.refuse(cc, bound)
+		return
+	}
+	s.mu.Lock()
+	s.conns[cc] = &connState{idle: true, lim: lim}
+	s.opts.Limits.setPhase(lim, phaseIdle)
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.stats.conns.Add(1)
+	go s.serveConn(cc)
 }
 
 // remoteAddr is a connection's client address.
@@ -398,7 +413,8 @@ func (s *Shim) setReadDeadline(c *datapath.Conn, t time.Time) {
 	_ = c.SetReadDeadline(t)
 }
 
-// Close shuts the shim down gracefully: it stops accepting; responses
+// Close shuts the shim down gracefully: it stops taking new connections
+// and serves the ones the kernel had already queued (l7/intake.go); responses
 // from now on say Connection: close; an idle keep-alive connection may
 // still bring one request within DrainGrace (a client that sent it as the
 // drain began gets its answer, not a reset), after which it is closed
@@ -407,10 +423,12 @@ func (s *Shim) setReadDeadline(c *datapath.Conn, t time.Time) {
 // closed (ErrShutdownTimeout), and the idle pool.
 func (s *Shim) Close() error {
 	s.mu.Lock()
+	s.drainBy = time.Now().Add(s.opts.DrainGrace) // before closing: the accept loops read it then
 	s.closing.Store(true)
-	s.drainBy = time.Now().Add(s.opts.DrainGrace)
-	for ln := range s.lns {
-		ln.Close()
+	intakes := make([]chan struct{}, 0, len(s.lns))
+	for ln, done := range s.lns {
+		s.shutIntake(ln)
+		intakes = append(intakes, done)
 	}
 	s.stallOnce.Do(func() {}) // no watcher starts after this
 	select {
@@ -418,6 +436,13 @@ func (s *Shim) Close() error {
 	default:
 		close(s.stallDone)
 	}
+	s.mu.Unlock()
+	// Every connection the listeners had queued is accepted (and counted
+	// in wg) before the wait below begins.
+	for _, done := range intakes {
+		<-done
+	}
+	s.mu.Lock()
 	armed := make([]*exchange, 0, len(s.armed))
 	for x := range s.armed {
 		armed = append(armed, x)
