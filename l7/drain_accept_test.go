@@ -45,9 +45,13 @@ func TestDrainServesConnectionsStillInTheAcceptQueue(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	testutil.Eventually(t, 10*time.Second, "the drain to begin", s.closing.Load)
-	s.mu.Lock() // Close holds it while it shuts the intake
-	s.mu.Unlock()
+	// Close sets closing and shuts the listeners' intake under mu: seen
+	// under mu, both are done.
+	testutil.Eventually(t, 10*time.Second, "the intake shut", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closing.Load()
+	})
 	// While the queue drains, a new client is held off: its SYN is
 	// dropped, so its connect does not complete.
 	if c, err := (&net.Dialer{Timeout: 300 * time.Millisecond}).Dial("tcp", ln.Addr().String()); err == nil {
