@@ -109,15 +109,21 @@ func TestRealRunReadsTheWaitAtTheWardenFromTheResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := rep.Results[0]
-	t.Logf("warden: %+v", m.AdmissionStats())
+	st := m.AdmissionStats()
+	t.Logf("warden: %+v", st)
 	t.Logf("parked %d p50 %v max %v; live context %vx; first TTFT p50 %v", x.Parked, x.ParkedP50, x.ParkedMax, x.LiveContextX, x.TTFTFirstP50)
 	if x.Requests == 0 || x.Failed() {
 		t.Fatalf("requests %d, errors %d: %v", x.Requests, x.Errors, x.Notes)
 	}
-	// Every wait read is at most the timeout (20 s scaled, with room for
-	// a loaded machine) and more than nothing.
-	if x.Parked == 0 || !(x.ParkedMax > 0) || x.ParkedP50 > x.ParkedMax || x.ParkedMax > 60 {
-		t.Fatalf("parked %d, p50 %v, max %v: the waits at the warden were not read", x.Parked, x.ParkedP50, x.ParkedMax)
+	// The waits read are in the replicas' time (x100): the longest is
+	// over 1 s there (a dozen requests timed out at 200 ms of wall time)
+	// and at most the longest the warden's placer timed plus 100 ms of
+	// wall time (the shim times from before it asks the placer, and its
+	// goroutine wakes later on a loaded machine). Not a fixed bound: under
+	// load the timeout fires late (a CI run saw 1.9 s), and the header
+	// says so.
+	if x.Parked == 0 || !(x.ParkedMax > 1) || x.ParkedP50 > x.ParkedMax || float64(x.ParkedMax) > 100*(st.MaxWait+0.1) {
+		t.Fatalf("parked %d, p50 %v, max %v (the placer timed at most %.3f s of wall time): the waits at the warden were not read", x.Parked, x.ParkedP50, x.ParkedMax, st.MaxWait)
 	}
 	if !(x.LiveContextX > 1) {
 		t.Fatalf("live context %vx of the replicas' cache, want over 1 (cache_config_info read?)", x.LiveContextX)
