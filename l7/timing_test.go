@@ -75,11 +75,14 @@ func TestShimTimesFirstStreamedByteAndDuration(t *testing.T) {
 	}
 	// Lower bounds only (the machine may be slow, never fast): the stream's
 	// first byte came a pause after its head, the whole body a pause after
-	// the request; each stream took two pauses.
+	// the request. The stream's end came a pause after its first event,
+	// but a loaded machine may time that first event late and its end on
+	// time (a full run saw 0.294 s): half a pause still tells an end timed
+	// at the first event (0) from one timed at the end.
 	if fb.GetSampleSum() < (2 * pause).Seconds() {
 		t.Errorf("time to first byte sum %.3fs: the stream's was timed at its head", fb.GetSampleSum())
 	}
-	if d.GetSampleSum()-fb.GetSampleSum() < pause.Seconds() {
+	if d.GetSampleSum()-fb.GetSampleSum() < (pause / 2).Seconds() {
 		t.Errorf("duration sum %.3fs, first byte %.3fs: the stream's end was not a pause after its first event", d.GetSampleSum(), fb.GetSampleSum())
 	}
 }
