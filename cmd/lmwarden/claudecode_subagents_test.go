@@ -105,8 +105,11 @@ func runClaudeCodeSubagents(t *testing.T, bin, front, admin, datapath string, se
 		}
 		return len(seen)
 	}
+	// Up to 20 runs of the CLI: the replies' tool calls are drawn from
+	// the prompts, which change every run, and one full run in about ten
+	// drew no Agent call in 10 (the loop ends as soon as two subagents ran).
 	turns := 0
-	for i := range 10 {
+	for i := range 20 {
 		args := []string{"-p", "Use the Agent tool to start subagents that read main.go and README.md.",
 			"--output-format", "stream-json", "--verbose", "--tools", "Agent,Read"}
 		if i == 0 {
