@@ -202,6 +202,11 @@ func (s *Shim) Serve(ln *net.TCPListener) error {
 	s.lns[ln] = done
 	s.mu.Unlock()
 	defer func() {
+		// Gone from lns, so that a later Close does not shut an intake
+		// already closed (a listener that failed).
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
 		ln.Close()
 		close(done)
 	}()
