@@ -64,11 +64,15 @@ func (k *SkbPath) CutResponse(x *datapath.Exchange) (datapath.CutState, bool) {
 		return datapath.CutState{}, false
 	}
 	u := k.upstream(x.Upstream)
-	if u == nil || u.armedFor != x {
+	if u == nil {
+		return datapath.CutState{}, false
+	}
+	gen, armedFor := u.lastArm()
+	if armedFor != x {
 		return datapath.CutState{}, false // the shim relayed it all
 	}
 	ctl := k.st.Ctl(u.cookie)
-	if ctl.Mode != maps.ModeResponse || ctl.Gen != u.gen {
+	if ctl.Mode != maps.ModeResponse || ctl.Gen != gen {
 		return datapath.CutState{}, false
 	}
 	cs := datapath.CutState{Began: true, Chunked: x.Response.Framing == http1.FramingChunked}

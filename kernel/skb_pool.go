@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/lmwarden/lmwarden/l7/datapath"
@@ -22,7 +23,10 @@ import (
 // uses it (a pooled connection belongs to nobody).
 type upstreamState struct {
 	cookie uint64
-	gen    uint32 // the last RESPONSE arm's gen (the shim alone writes sock_ctls)
+	// mu guards gen and armedFor: the relay arms, and the stall watcher's
+	// cut (CutResponse) reads them from another goroutine.
+	mu  sync.Mutex
+	gen uint32 // the last RESPONSE arm's gen (the shim alone writes sock_ctls)
 	// armedFor is the exchange whose response that arm carries: a pooled
 	// connection keeps its last exchange's arm until the next one.
 	armedFor *datapath.Exchange
@@ -30,6 +34,22 @@ type upstreamState struct {
 	// reaches once the kernel's bytes have landed (0: nothing pending);
 	// checked before the connection is pooled, off the first byte's path.
 	want uint64
+}
+
+// nextGen starts a new RESPONSE arm's gen for x's response and returns it.
+func (u *upstreamState) nextGen(x *datapath.Exchange) uint32 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.gen++
+	u.armedFor = x
+	return u.gen
+}
+
+// lastArm is the last RESPONSE arm's gen and the exchange it carries.
+func (u *upstreamState) lastArm() (uint32, *datapath.Exchange) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.gen, u.armedFor
 }
 
 // joinUpstream puts an upstream socket into the SOCKHASH once, in pass

@@ -200,9 +200,7 @@ func (r *responseRelay) carry(slot uint32, seen uint64) error {
 // which carries it to the client under a new gen.
 func (r *responseRelay) arm(slot uint32, seen uint64) error {
 	u := r.u
-	u.gen++
-	u.armedFor = r.x
-	r.ctl = maps.SockCtl{Peer: r.cc, ArmAt: seen, Gen: u.gen, Mode: maps.ModeResponse, Replica: slot, Start: r.fr.kernel()}
+	r.ctl = maps.SockCtl{Peer: r.cc, ArmAt: seen, Gen: u.nextGen(r.x), Mode: maps.ModeResponse, Replica: slot, Start: r.fr.kernel()}
 	// The segment with the response's last byte comes to the shim, which
 	// takes the client out of the SOCKHASH before writing it: the client's
 	// next head then waits in a plain socket, to be peeked and handed over
@@ -359,8 +357,7 @@ func (r *responseRelay) onPassed(rd upRead) (done bool, err error) {
 func (r *responseRelay) rearm() error {
 	r.rearms++
 	r.k.rearms.Add(1)
-	r.u.gen++
-	r.ctl.Gen, r.ctl.ArmAt, r.ctl.Start = r.u.gen, r.haveAt, r.fr.kernel()
+	r.ctl.Gen, r.ctl.ArmAt, r.ctl.Start = r.u.nextGen(r.x), r.haveAt, r.fr.kernel()
 	r.ctl.Flags |= maps.CtlRearm
 	return r.k.st.Arm(r.u.cookie, r.ctl)
 }

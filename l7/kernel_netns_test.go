@@ -1,7 +1,6 @@
 package l7_test
 
 import (
-	"bytes"
 	"github.com/lmwarden/lmwarden/internal/testutil"
 	"log/slog"
 	"net"
@@ -65,7 +64,7 @@ func TestKernelSaysWhyAReplicaDoesNotPairAndFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(cg) })
-	var logs bytes.Buffer
+	var logs testutil.Buffer // the shim logs from its goroutines
 	dir := kerneltest.PinDir(t)
 	p, err := kernel.Load(kernel.Options{Dir: dir, Mode: maps.ModeMsg, Cgroup: cg,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
